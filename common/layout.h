@@ -1,0 +1,54 @@
+// Layout: the shape of one namespace's KV blocks (DESIGN.md §1).
+//
+// A block holds the K and V of `block_tokens` consecutive tokens for all
+// layers, laid out as [layer][k|v][token][kv_head][head_dim]:
+//   offset(layer, kv, token, head, dim) =
+//     ((((layer * 2 + kv) * block_tokens + token) * kv_heads + head) * head_dim + dim)
+//     * dtype_bytes
+// The kernels and the copy helpers read exactly this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace kvtier {
+
+enum class DType : uint8_t {
+  kFloat16 = 0,
+  kBFloat16 = 1,
+  kFloat32 = 2,
+  kFp8E4M3 = 3,
+  kFp8E5M2 = 4
+};
+
+uint32_t DTypeBytes(DType dtype);
+std::string_view DTypeName(DType dtype);  // "fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2"
+// Parses DTypeName()'s names; false if unknown.
+bool ParseDType(std::string_view name, DType* out);
+
+struct Layout {
+  uint32_t layers = 0;
+  uint32_t kv_heads = 0;
+  uint32_t head_dim = 0;
+  DType dtype = DType::kFloat16;
+  uint32_t block_tokens = 0;
+
+  // 2 x layers x kv_heads x head_dim x dtype bytes.
+  uint64_t BytesPerToken() const { return 2ULL * layers * kv_heads * head_dim * DTypeBytes(dtype); }
+  uint64_t BlockBytes() const { return BytesPerToken() * block_tokens; }
+
+  // Every field positive, and a block no larger than kMaxBlockBytes.
+  Status Validate() const;
+  std::string ToString() const;  // "layers=32 kv_heads=8 head_dim=128 dtype=fp16 block_tokens=16"
+
+  friend bool operator==(const Layout&, const Layout&) = default;
+};
+
+// Blocks above this size are refused: they would not fit a slab or a frame
+// of any reasonable tier (Mooncake's 512-token blocks of a 70B model are 160 MiB).
+inline constexpr uint64_t kMaxBlockBytes = 1ULL << 30;
+
+}  // namespace kvtier

@@ -1,0 +1,171 @@
+#include "prefix_index/prefix_index.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+
+namespace kvtier::prefix_index {
+namespace {
+
+constexpr size_t kMinTableSlots = 16;
+
+constexpr uint32_t SlotId(uint64_t slot) { return static_cast<uint32_t>(slot); }
+constexpr uint32_t SlotTag(uint64_t slot) { return static_cast<uint32_t>(slot >> 32); }
+constexpr uint32_t HashTag(uint64_t hash) { return static_cast<uint32_t>(hash >> 32); }
+
+}  // namespace
+
+PrefixIndex::PrefixIndex(size_t expected_entries) {
+  const size_t want = std::max(kMinTableSlots, expected_entries + expected_entries / 4 + 1);
+  table_.assign(std::bit_ceil(want), kEmptySlot);
+  mask_ = table_.size() - 1;
+  nodes_.reserve(expected_entries);
+}
+
+uint64_t PrefixIndex::HashOf(NamespaceId ns, const BlockKey& key) {
+  // Real keys are uniform already; the multiply-xorshift keeps hand-made
+  // keys (tests, replayed trace ids) from clustering in the table.
+  uint64_t h = key.lo ^ std::rotl(key.hi, 32) ^ (uint64_t{ns} * 0x9e3779b97f4a7c15ULL);
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 31;
+  return h;
+}
+
+size_t PrefixIndex::FindSlot(NamespaceId ns, const BlockKey& key, uint64_t hash) const {
+  const uint32_t tag = HashTag(hash);
+  for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+    const uint64_t slot = table_[i];
+    if (slot == kEmptySlot) return i;
+    if (SlotTag(slot) == tag) {
+      const Node& n = nodes_[SlotId(slot)];
+      if (n.key == key && n.ns == ns) return i;
+    }
+  }
+}
+
+EntryId PrefixIndex::Find(NamespaceId ns, const BlockKey& key) const {
+  const uint64_t slot = table_[FindSlot(ns, key, HashOf(ns, key))];
+  return slot == kEmptySlot ? kNoEntry : SlotId(slot);
+}
+
+size_t PrefixIndex::LeadingRun(NamespaceId ns, std::span<const BlockKey> keys) const {
+  size_t run = 0;
+  for (const BlockKey& k : keys) {
+    const EntryId id = Find(ns, k);
+    if (id == kNoEntry || !visible(id)) break;
+    ++run;
+  }
+  return run;
+}
+
+void PrefixIndex::InsertSlot(EntryId id, uint64_t hash) {
+  size_t i = hash & mask_;
+  while (table_[i] != kEmptySlot) i = (i + 1) & mask_;
+  table_[i] = (uint64_t{HashTag(hash)} << 32) | id;
+}
+
+void PrefixIndex::Grow() {
+  std::vector<uint64_t> old;
+  old.swap(table_);
+  table_.assign(old.size() * 2, kEmptySlot);
+  mask_ = table_.size() - 1;
+  for (uint64_t slot : old) {
+    if (slot == kEmptySlot) continue;
+    const Node& n = nodes_[SlotId(slot)];
+    InsertSlot(SlotId(slot), HashOf(n.ns, n.key));
+  }
+}
+
+EntryId PrefixIndex::Insert(NamespaceId ns, const BlockKey& key, EntryId parent) {
+  assert(Find(ns, key) == kNoEntry);
+  assert(parent == kNoEntry || live(parent));
+  if ((size_ + 1) * 8 > table_.size() * 7) Grow();
+
+  EntryId id;
+  if (free_head_ != kNoEntry) {
+    id = free_head_;
+    free_head_ = nodes_[id].parent;
+  } else {
+    assert(nodes_.size() < kNoEntry);
+    id = static_cast<EntryId>(nodes_.size());
+    nodes_.emplace_back();
+  }
+  Node& n = nodes_[id];
+  n = Node{key, ns, parent, kNoEntry, kNoEntry, kNoEntry, kLive};
+  if (parent != kNoEntry) {
+    Node& p = nodes_[parent];
+    n.next_sibling = p.first_child;
+    if (p.first_child != kNoEntry) nodes_[p.first_child].prev_sibling = id;
+    p.first_child = id;
+  }
+  InsertSlot(id, HashOf(ns, key));
+  ++size_;
+  return id;
+}
+
+void PrefixIndex::EraseSlot(size_t hole) {
+  // Backward-shift deletion: move later members of the probe run into the
+  // hole so lookups never need tombstones.
+  size_t i = hole;
+  for (;;) {
+    i = (i + 1) & mask_;
+    const uint64_t slot = table_[i];
+    if (slot == kEmptySlot) break;
+    const Node& n = nodes_[SlotId(slot)];
+    const size_t home = HashOf(n.ns, n.key) & mask_;
+    // Move the slot unless its home lies cyclically in (hole, i].
+    const bool home_after_hole =
+        hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
+    if (!home_after_hole) {
+      table_[hole] = slot;
+      hole = i;
+    }
+  }
+  table_[hole] = kEmptySlot;
+}
+
+void PrefixIndex::Erase(EntryId id) {
+  assert(live(id));
+  Node& n = nodes_[id];
+  EraseSlot(FindSlot(n.ns, n.key, HashOf(n.ns, n.key)));
+
+  // Unlink from the parent's child list.
+  if (n.prev_sibling != kNoEntry) {
+    nodes_[n.prev_sibling].next_sibling = n.next_sibling;
+  } else if (n.parent != kNoEntry) {
+    nodes_[n.parent].first_child = n.next_sibling;
+  }
+  if (n.next_sibling != kNoEntry) nodes_[n.next_sibling].prev_sibling = n.prev_sibling;
+
+  // Children become orphans.
+  for (EntryId c = n.first_child; c != kNoEntry;) {
+    Node& child = nodes_[c];
+    const EntryId next = child.next_sibling;
+    child.parent = kNoEntry;
+    child.next_sibling = kNoEntry;
+    child.prev_sibling = kNoEntry;
+    child.flags |= kOrphan;
+    c = next;
+  }
+
+  n.flags = 0;
+  n.first_child = kNoEntry;
+  n.parent = free_head_;
+  free_head_ = id;
+  --size_;
+}
+
+void PrefixIndex::SetVisible(EntryId id, bool visible) {
+  assert(live(id));
+  if (visible) {
+    nodes_[id].flags |= kVisible;
+  } else {
+    nodes_[id].flags &= ~kVisible;
+  }
+}
+
+size_t PrefixIndex::MemoryBytes() const {
+  return nodes_.capacity() * sizeof(Node) + table_.capacity() * sizeof(uint64_t);
+}
+
+}  // namespace kvtier::prefix_index

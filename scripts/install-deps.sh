@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every build, test and benchmark dependency of kvtier from Debian 12's
+# packages. Idempotent: safe to run again; apt-get skips what is present.
+# Run as root (or through sudo) on a fresh Debian 12 machine.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  cmake ninja-build pkg-config g++ clang-format
+  # libraries
+  libboost-dev        # Boost.Asio (header-only) for the daemon
+  librocksdb-dev      # SSD tier index
+  libxxhash-dev       # XXH3-128 block keys, XXH3-64 checksums
+  prometheus-cpp-dev  # metrics exposer
+  libtomlplusplus-dev # configuration file (TOML)
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then exec sudo -E "$0" "$@"; fi
+  echo "install-deps.sh: run as root (apt-get needs it)" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps.sh: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install-deps.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

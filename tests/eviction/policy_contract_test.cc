@@ -1,0 +1,151 @@
+// The contract every eviction policy honours (eviction_policy.h), run over
+// every policy NewPolicy() knows (STYLE.md 17).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "eviction/eviction_policy.h"
+
+namespace kvtier::eviction {
+namespace {
+
+class PolicyContractTest : public ::testing::TestWithParam<std::string_view> {
+ protected:
+  void SetUp() override {
+    auto p = NewPolicy(GetParam(), clock_);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    policy_ = std::move(p).value();
+  }
+
+  static BlockMeta Meta(bool pinned = false) {
+    BlockMeta m;
+    m.size_bytes = 4096;
+    m.pinned = pinned;
+    return m;
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<EvictionPolicy> policy_;
+};
+
+TEST_P(PolicyContractTest, NameMatches) { EXPECT_EQ(policy_->name(), GetParam()); }
+
+TEST_P(PolicyContractTest, EmptyHasNoVictim) {
+  EXPECT_EQ(policy_->size(), 0u);
+  EXPECT_FALSE(policy_->Victim().has_value());
+}
+
+TEST_P(PolicyContractTest, VictimIsATrackedBlock) {
+  for (BlockId id = 0; id < 10; ++id) policy_->Insert(id, Meta());
+  EXPECT_EQ(policy_->size(), 10u);
+  auto v = policy_->Victim();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_LT(*v, 10u);
+}
+
+TEST_P(PolicyContractTest, PinnedBlocksAreNeverVictims) {
+  for (BlockId id = 0; id < 8; ++id) policy_->Insert(id, Meta(/*pinned=*/id % 2 == 0));
+  std::set<BlockId> seen;
+  while (auto v = policy_->Victim()) {
+    EXPECT_EQ(*v % 2, 1u) << "pinned block " << *v << " named as victim";
+    seen.insert(*v);
+    policy_->Erase(*v);
+  }
+  EXPECT_EQ(seen.size(), 4u);
+  EXPECT_EQ(policy_->size(), 4u);  // the pinned ones are still tracked
+  // Unpinning makes them candidates again.
+  policy_->Update(0, Meta(false));
+  auto v = policy_->Victim();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(*v, 0u);
+}
+
+TEST_P(PolicyContractTest, AllPinnedMeansNoVictim) {
+  for (BlockId id = 0; id < 4; ++id) policy_->Insert(id, Meta(true));
+  EXPECT_FALSE(policy_->Victim().has_value());
+  policy_->Touch(2, Meta(true));
+  EXPECT_FALSE(policy_->Victim().has_value());
+}
+
+TEST_P(PolicyContractTest, ErasedBlocksAreNeverNamed) {
+  for (BlockId id = 0; id < 6; ++id) policy_->Insert(id, Meta());
+  policy_->Erase(3);
+  policy_->Erase(0);
+  std::set<BlockId> victims;
+  while (auto v = policy_->Victim()) {
+    EXPECT_TRUE(victims.insert(*v).second) << "named twice";
+    policy_->Erase(*v);
+  }
+  EXPECT_EQ(victims, (std::set<BlockId>{1, 2, 4, 5}));
+}
+
+TEST_P(PolicyContractTest, IdsCanBeReusedAfterErase) {
+  policy_->Insert(5, Meta());
+  policy_->Erase(5);
+  policy_->Insert(5, Meta(true));
+  EXPECT_EQ(policy_->size(), 1u);
+  EXPECT_FALSE(policy_->Victim().has_value());
+}
+
+// Random events, with a model of which blocks are tracked and pinned: a
+// victim is always tracked and unpinned, and exists iff one such block does.
+TEST_P(PolicyContractTest, RandomEventsKeepTheContract) {
+  std::mt19937 rng(7);
+  std::vector<int> state(64, -1);  // -1 untracked, 0 unpinned, 1 pinned
+  for (int step = 0; step < 20'000; ++step) {
+    const BlockId id = rng() % 64;
+    const bool pinned = rng() % 3 == 0;
+    switch (rng() % 5) {
+      case 0:
+        if (state[id] < 0) {
+          policy_->Insert(id, Meta(pinned));
+          state[id] = pinned;
+        }
+        break;
+      case 1:
+        if (state[id] >= 0) {
+          policy_->Touch(id, Meta(pinned));
+          state[id] = pinned;
+        }
+        break;
+      case 2:
+        if (state[id] >= 0) {
+          policy_->Update(id, Meta(pinned));
+          state[id] = pinned;
+        }
+        break;
+      case 3:
+        if (state[id] >= 0) {
+          policy_->Erase(id);
+          state[id] = -1;
+        }
+        break;
+      default: {
+        clock_.Advance(kNsPerMs);
+        const auto v = policy_->Victim();
+        const bool any = std::count(state.begin(), state.end(), 0) > 0;
+        ASSERT_EQ(v.has_value(), any) << "step " << step;
+        if (v) {
+          ASSERT_EQ(state[*v], 0) << "victim " << *v << " untracked or pinned";
+        }
+      }
+    }
+    ASSERT_EQ(policy_->size(),
+              static_cast<size_t>(64 - std::count(state.begin(), state.end(), -1)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyContractTest, ::testing::ValuesIn(PolicyNames()),
+                         [](const auto& p) { return std::string(p.param); });
+
+TEST(PolicyFactoryTest, UnknownNameIsAClearError) {
+  ManualClock clock;
+  auto p = NewPolicy("fifo-ish", clock);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("lru"), std::string_view::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::eviction

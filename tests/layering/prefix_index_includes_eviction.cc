@@ -1,0 +1,2 @@
+// Must not compile: prefix_index/ is pure and may not use eviction/.
+#include "eviction/eviction_policy.h"

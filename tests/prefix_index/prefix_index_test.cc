@@ -1,0 +1,147 @@
+#include "prefix_index/prefix_index.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+namespace kvtier::prefix_index {
+namespace {
+
+BlockKey K(uint64_t i) { return BlockKey{i * 0x9e3779b97f4a7c15ULL, i}; }
+
+// A chain of n keys, each the parent of the next, all visible.
+std::vector<EntryId> InsertChain(PrefixIndex& index, NamespaceId ns, uint64_t first, size_t n) {
+  std::vector<EntryId> ids;
+  EntryId parent = kNoEntry;
+  for (size_t i = 0; i < n; ++i) {
+    parent = index.Insert(ns, K(first + i), parent);
+    index.SetVisible(parent, true);
+    ids.push_back(parent);
+  }
+  return ids;
+}
+
+std::vector<BlockKey> Keys(uint64_t first, size_t n) {
+  std::vector<BlockKey> keys;
+  for (size_t i = 0; i < n; ++i) keys.push_back(K(first + i));
+  return keys;
+}
+
+TEST(PrefixIndexTest, InsertFindErase) {
+  PrefixIndex index;
+  EXPECT_EQ(index.Find(0, K(1)), kNoEntry);
+  const EntryId a = index.Insert(0, K(1), kNoEntry);
+  EXPECT_EQ(index.Find(0, K(1)), a);
+  EXPECT_EQ(index.key(a), K(1));
+  EXPECT_EQ(index.ns(a), 0u);
+  EXPECT_EQ(index.size(), 1u);
+  index.Erase(a);
+  EXPECT_EQ(index.Find(0, K(1)), kNoEntry);
+  EXPECT_EQ(index.size(), 0u);
+  EXPECT_FALSE(index.live(a));
+}
+
+TEST(PrefixIndexTest, NamespacesNeverCollide) {
+  PrefixIndex index;
+  const EntryId a = index.Insert(1, K(7), kNoEntry);
+  EXPECT_EQ(index.Find(2, K(7)), kNoEntry);
+  const EntryId b = index.Insert(2, K(7), kNoEntry);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(index.Find(1, K(7)), a);
+  EXPECT_EQ(index.Find(2, K(7)), b);
+}
+
+TEST(PrefixIndexTest, LeadingRunCountsOnlyVisibleLeadingKeys) {
+  PrefixIndex index;
+  const auto ids = InsertChain(index, 0, 100, 5);
+  EXPECT_EQ(index.LeadingRun(0, Keys(100, 5)), 5u);
+  EXPECT_EQ(index.LeadingRun(0, Keys(100, 8)), 5u);
+  EXPECT_EQ(index.LeadingRun(1, Keys(100, 5)), 0u);  // another namespace
+  index.SetVisible(ids[2], false);                   // e.g. not yet committed
+  EXPECT_EQ(index.LeadingRun(0, Keys(100, 5)), 2u);
+  index.SetVisible(ids[2], true);
+  index.Erase(ids[0]);
+  // Keys after a missing one never count, though they are present.
+  EXPECT_EQ(index.LeadingRun(0, Keys(100, 5)), 0u);
+  EXPECT_EQ(index.LeadingRun(0, Keys(101, 4)), 4u);
+}
+
+TEST(PrefixIndexTest, ParentChildLinksAndOrphans) {
+  PrefixIndex index;
+  const EntryId root = index.Insert(0, K(1), kNoEntry);
+  const EntryId c1 = index.Insert(0, K(2), root);
+  const EntryId c2 = index.Insert(0, K(3), root);
+  const EntryId g = index.Insert(0, K(4), c1);
+  EXPECT_EQ(index.parent(c1), root);
+  EXPECT_TRUE(index.has_children(root));
+  std::vector<EntryId> children;
+  for (EntryId c = index.first_child(root); c != kNoEntry; c = index.next_sibling(c)) {
+    children.push_back(c);
+  }
+  EXPECT_EQ(children.size(), 2u);
+  EXPECT_NE(std::find(children.begin(), children.end(), c1), children.end());
+  EXPECT_NE(std::find(children.begin(), children.end(), c2), children.end());
+
+  index.Erase(c2);  // unlinks from the parent
+  EXPECT_EQ(index.first_child(root), c1);
+  EXPECT_EQ(index.next_sibling(c1), kNoEntry);
+
+  index.Erase(root);  // c1 becomes an orphan; g stays its child
+  EXPECT_TRUE(index.orphan(c1));
+  EXPECT_EQ(index.parent(c1), kNoEntry);
+  EXPECT_FALSE(index.orphan(g));
+  EXPECT_EQ(index.parent(g), c1);
+}
+
+TEST(PrefixIndexTest, ErasedIdsAreReused) {
+  PrefixIndex index;
+  const EntryId a = index.Insert(0, K(1), kNoEntry);
+  index.Insert(0, K(2), kNoEntry);
+  index.Erase(a);
+  const EntryId c = index.Insert(0, K(3), kNoEntry);
+  EXPECT_EQ(c, a);
+  EXPECT_FALSE(index.orphan(c));
+  EXPECT_FALSE(index.visible(c));
+  EXPECT_EQ(index.id_limit(), 2u);
+}
+
+// Random inserts and erases (which exercise growth and backward-shift
+// deletion) against std::map, including keys built to share table homes.
+TEST(PrefixIndexTest, RandomOperationsMatchAModel) {
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    std::mt19937_64 rng(seed);
+    PrefixIndex index;
+    std::map<std::pair<NamespaceId, BlockKey>, EntryId> model;
+    for (int step = 0; step < 200'000; ++step) {
+      const NamespaceId ns = static_cast<NamespaceId>(rng() % 3);
+      // A small key space so inserts and erases hit existing keys often.
+      const uint64_t i = rng() % 5000;
+      const BlockKey key = (seed == 3) ? BlockKey{0, i} : K(i);
+      auto it = model.find({ns, key});
+      if (it == model.end()) {
+        model[{ns, key}] = index.Insert(ns, key, kNoEntry);
+      } else if (rng() % 2 == 0) {
+        index.Erase(it->second);
+        model.erase(it);
+      }
+      if (step % 20'000 == 0) {
+        for (const auto& [k, id] : model) ASSERT_EQ(index.Find(k.first, k.second), id);
+      }
+    }
+    ASSERT_EQ(index.size(), model.size());
+    for (const auto& [k, id] : model) ASSERT_EQ(index.Find(k.first, k.second), id);
+    for (uint64_t i = 5000; i < 6000; ++i) ASSERT_EQ(index.Find(0, K(i)), kNoEntry);
+  }
+}
+
+TEST(PrefixIndexTest, MemoryPerEntryIsSmall) {
+  PrefixIndex index(1'000'000);
+  InsertChain(index, 0, 0, 1'000'000);
+  const double per_entry = static_cast<double>(index.MemoryBytes()) / 1e6;
+  RecordProperty("bytes_per_entry", std::to_string(per_entry));
+  EXPECT_LE(per_entry, 128.0);
+}
+
+}  // namespace
+}  // namespace kvtier::prefix_index

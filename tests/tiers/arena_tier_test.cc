@@ -1,0 +1,243 @@
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "tiers/tier.h"
+
+namespace kvtier::tiers {
+namespace {
+
+std::unique_ptr<Tier> MakeHost(uint64_t capacity, uint64_t slab = kMiB) {
+  auto t = NewHostTier({.capacity_bytes = capacity, .slab_bytes = slab});
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+std::vector<std::byte> Pattern(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::byte> v(n);
+  for (size_t i = 0; i < n; i += sizeof(uint64_t)) {
+    const uint64_t word = rng();
+    std::memcpy(v.data() + i, &word, std::min(sizeof word, n - i));
+  }
+  return v;
+}
+
+TEST(TierKindTest, Names) {
+  EXPECT_EQ(TierKindName(TierKind::kDevice), "device");
+  EXPECT_EQ(TierKindName(TierKind::kHost), "host");
+  EXPECT_EQ(TierKindName(TierKind::kSsd), "ssd");
+}
+
+TEST(ArenaTierTest, HostTierDescribesItself) {
+  auto tier = MakeHost(16 * kMiB);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->kind(), TierKind::kHost);
+  EXPECT_FALSE(tier->emulated());
+  EXPECT_EQ(tier->description(), "host: memfd arena, 16.0 MiB, 1.00 MiB slabs");
+  EXPECT_EQ(tier->capacity_bytes(), 16 * kMiB);
+  EXPECT_EQ(tier->arena_bytes(), 16 * kMiB);
+  EXPECT_EQ(tier->used_bytes(), 0u);
+  EXPECT_GE(tier->arena_fd(), 0);
+  EXPECT_EQ(tier->SlotBytes(5000), 8 * kKiB);
+}
+
+TEST(ArenaTierTest, EmulatedDeviceIsADeviceTier) {
+  auto t = NewEmulatedDeviceTier({.capacity_bytes = 8 * kMiB, .slab_bytes = kMiB});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  Tier& tier = **t;
+  EXPECT_EQ(tier.kind(), TierKind::kDevice);
+  EXPECT_TRUE(tier.emulated());
+  EXPECT_NE(tier.description().find("device: emulated in host memory (no GPU)"), std::string::npos)
+      << tier.description();
+  auto slot = tier.Allocate(1000);
+  ASSERT_TRUE(slot.ok());
+  const auto data = Pattern(1000, 3);
+  ASSERT_TRUE(tier.Write(*slot, data).ok());
+  std::vector<std::byte> back(1000);
+  ASSERT_TRUE(tier.Read(*slot, back).ok());
+  EXPECT_EQ(back, data);
+}
+
+TEST(ArenaTierTest, CapacityIsRoundedUpToAPage) {
+  auto tier = MakeHost(10000);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->capacity_bytes(), 3 * kSlotPageBytes);
+  EXPECT_EQ(tier->arena_bytes(), 3 * kSlotPageBytes);
+}
+
+TEST(ArenaTierTest, RejectsBadOptions) {
+  EXPECT_EQ(NewHostTier({.capacity_bytes = 0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(NewHostTier({.capacity_bytes = kMiB, .slab_bytes = 0}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(NewEmulatedDeviceTier({.capacity_bytes = 64 * 1024 * kGiB}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ArenaTierTest, RejectsZeroAndTooLargeAllocations) {
+  auto tier = MakeHost(4 * kMiB);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->Allocate(0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tier->Allocate(4 * kMiB + 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tier->used_bytes(), 0u);
+}
+
+TEST(ArenaTierTest, FullTierIsExhaustedUntilASlotIsFreed) {
+  auto tier = MakeHost(4 * kMiB);
+  ASSERT_NE(tier, nullptr);
+  std::vector<SlotId> slots;
+  for (auto s = tier->Allocate(kMiB - 100); s.ok(); s = tier->Allocate(kMiB - 100)) {
+    slots.push_back(*s);
+    ASSERT_LE(tier->used_bytes(), tier->capacity_bytes());
+  }
+  EXPECT_EQ(slots.size(), 4u);
+  EXPECT_EQ(tier->used_bytes(), 4 * kMiB);
+  EXPECT_EQ(tier->Allocate(kMiB).status().code(), StatusCode::kResourceExhausted);
+  tier->Free(slots[2]);
+  EXPECT_EQ(tier->used_bytes(), 3 * kMiB);
+  auto again = tier->Allocate(kMiB);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, slots[2]);
+}
+
+TEST(ArenaTierTest, ReadWriteRoundTripIsExactAndIsolated) {
+  auto tier = MakeHost(8 * kMiB);
+  ASSERT_NE(tier, nullptr);
+  const size_t n = 3 * kSlotPageBytes + 17;  // not a page multiple
+  auto a = tier->Allocate(n);
+  auto b = tier->Allocate(n);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(tier->SlotOffset(*a), uint64_t{*a} * kSlotPageBytes);
+  const auto da = Pattern(n, 1);
+  const auto db = Pattern(n, 2);
+  ASSERT_TRUE(tier->Write(*a, da).ok());
+  ASSERT_TRUE(tier->Write(*b, db).ok());
+
+  std::vector<std::byte> back(n);
+  ASSERT_TRUE(tier->Read(*a, back).ok());
+  EXPECT_EQ(back, da);
+  ASSERT_TRUE(tier->Read(*b, back).ok());
+  EXPECT_EQ(back, db);
+
+  std::span<std::byte> view = tier->HostView(*a, n);
+  ASSERT_EQ(view.size(), n);
+  EXPECT_TRUE(std::equal(view.begin(), view.end(), da.begin()));
+  view[0] = ~view[0];  // writes through the view are what Read returns
+  ASSERT_TRUE(tier->Read(*a, back).ok());
+  EXPECT_EQ(back[0], ~da[0]);
+}
+
+TEST(ArenaTierTest, OversizeAndUnallocatedAccessIsRejected) {
+  auto tier = MakeHost(8 * kMiB);
+  ASSERT_NE(tier, nullptr);
+  auto slot = tier->Allocate(5000);  // an 8 KiB slot
+  ASSERT_TRUE(slot.ok());
+  std::vector<std::byte> fits(8 * kKiB);
+  std::vector<std::byte> too_big(8 * kKiB + 1);
+  EXPECT_TRUE(tier->Write(*slot, fits).ok());
+  EXPECT_TRUE(tier->Read(*slot, fits).ok());
+  EXPECT_EQ(tier->Write(*slot, too_big).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tier->Read(*slot, too_big).code(), StatusCode::kInvalidArgument);
+
+  tier->Free(*slot);
+  EXPECT_EQ(tier->Read(*slot, fits).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tier->Write(*slot, fits).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ArenaTierTest, ArenaFdMapsTheSameBytes) {
+  auto tier = MakeHost(8 * kMiB);
+  ASSERT_NE(tier, nullptr);
+  const size_t n = 100 * kKiB + 1;
+  auto slot = tier->Allocate(n);
+  ASSERT_TRUE(slot.ok());
+  const auto data = Pattern(n, 9);
+  ASSERT_TRUE(tier->Write(*slot, data).ok());
+
+  // A second, independent mapping of the fd, as a worker would make.
+  const auto bytes = static_cast<size_t>(tier->arena_bytes());
+  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, tier->arena_fd(), 0);
+  ASSERT_NE(map, MAP_FAILED) << std::strerror(errno);
+  auto* other = static_cast<std::byte*>(map) + tier->SlotOffset(*slot);
+  EXPECT_EQ(std::memcmp(other, data.data(), n), 0);
+  other[n - 1] = std::byte{0x5a};
+  std::vector<std::byte> back(n);
+  ASSERT_TRUE(tier->Read(*slot, back).ok());
+  EXPECT_EQ(back[n - 1], std::byte{0x5a});
+  munmap(map, bytes);
+}
+
+TEST(ArenaTierTest, ChildProcessSeesAndWritesTheArena) {
+  auto tier = MakeHost(8 * kMiB);
+  ASSERT_NE(tier, nullptr);
+  const size_t n = 64 * kKiB;
+  auto slot = tier->Allocate(n);
+  ASSERT_TRUE(slot.ok());
+  const auto data = Pattern(n, 11);
+  std::span<std::byte> view = tier->HostView(*slot, n);
+  ASSERT_EQ(view.size(), n);
+  std::copy(data.begin(), data.end(), view.begin());
+
+  const int fd = tier->arena_fd();
+  const auto bytes = static_cast<size_t>(tier->arena_bytes());
+  const uint64_t offset = tier->SlotOffset(*slot);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Child: map the fd afresh, check the parent's bytes, answer by
+    // inverting them. Only async-signal-safe calls, then _exit.
+    void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) _exit(2);
+    auto* p = static_cast<std::byte*>(map) + offset;
+    if (std::memcmp(p, data.data(), n) != 0) _exit(3);
+    for (size_t i = 0; i < n; ++i) p[i] = ~p[i];
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "2: mmap failed, 3: child saw other bytes";
+  std::vector<std::byte> back(n);
+  ASSERT_TRUE(tier->Read(*slot, back).ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], ~data[i]) << "byte " << i;
+}
+
+TEST(ArenaTierTest, MixedSizesShareTheArena) {
+  auto tier = MakeHost(64 * kMiB, 4 * kMiB);
+  ASSERT_NE(tier, nullptr);
+  struct Block {
+    SlotId slot;
+    std::vector<std::byte> data;
+  };
+  std::vector<Block> blocks;
+  const size_t sizes[] = {100 * kKiB + 1, 300 * kKiB, 1536 * kKiB + 1000};
+  for (uint64_t i = 0;; ++i) {
+    const size_t n = sizes[i % 3];
+    auto s = tier->Allocate(n);
+    if (!s.ok()) {
+      ASSERT_EQ(s.status().code(), StatusCode::kResourceExhausted);
+      break;
+    }
+    blocks.push_back({*s, Pattern(n, i)});
+    ASSERT_TRUE(tier->Write(*s, blocks.back().data).ok());
+    ASSERT_LE(tier->used_bytes(), tier->capacity_bytes());
+  }
+  // No block overwrote another.
+  for (const Block& b : blocks) {
+    std::vector<std::byte> back(b.data.size());
+    ASSERT_TRUE(tier->Read(b.slot, back).ok());
+    ASSERT_EQ(back, b.data);
+  }
+  for (const Block& b : blocks) tier->Free(b.slot);
+  EXPECT_EQ(tier->used_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace kvtier::tiers

@@ -1,0 +1,171 @@
+// Arena tiers: the host tier and the emulated device tier, one memfd arena
+// each, cut into slots by a SlabAllocator.
+//
+// Both use a memfd so that a worker process can map the very bytes the
+// daemon serves (the fd travels once, with SCM_RIGHTS); the emulated device
+// uses the same kind of arena so that tests of the device path run the
+// host code unchanged.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cassert>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "tiers/internal/slab_allocator.h"
+#include "tiers/tier.h"
+
+namespace kvtier::tiers {
+namespace {
+
+using internal::SlabAllocator;
+
+std::string ErrnoText(int err) { return std::string(std::strerror(err)); }
+
+// ENOMEM and friends mean "not enough memory for this arena", anything else
+// is a failure of the system call itself.
+Status SyscallError(const char* call, int err) {
+  const std::string msg = std::string("memfd arena: ") + call + ": " + ErrnoText(err);
+  if (err == ENOMEM || err == ENOSPC || err == EFBIG || err == EMFILE || err == ENFILE) {
+    return ResourceExhaustedError(msg);
+  }
+  return IoError(msg);
+}
+
+// "1.00 GiB", "64.0 MiB", "512 KiB": three significant digits.
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  auto value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  const int decimals = unit == 0 ? 0 : value < 10.0 ? 2 : value < 100.0 ? 1 : 0;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f %s", decimals, value, kUnits[unit]);
+  return buf;
+}
+
+// Owns the mapping and the fd; unmaps and closes on destruction.
+class ArenaTier final : public Tier {
+ public:
+  ArenaTier(TierKind kind, SlabAllocator allocator, int fd, std::byte* base)
+      : kind_(kind), allocator_(std::move(allocator)), fd_(fd), base_(base) {}
+  ArenaTier(const ArenaTier&) = delete;
+  ArenaTier& operator=(const ArenaTier&) = delete;
+  ~ArenaTier() override {
+    munmap(base_, allocator_.capacity_bytes());
+    close(fd_);
+  }
+
+  TierKind kind() const override { return kind_; }
+  bool emulated() const override { return kind_ == TierKind::kDevice; }
+
+  std::string description() const override {
+    std::string arena = "memfd arena, " + FormatBytes(allocator_.capacity_bytes()) + ", " +
+                        FormatBytes(allocator_.slab_target_bytes()) + " slabs";
+    if (kind_ == TierKind::kDevice) return "device: emulated in host memory (no GPU), " + arena;
+    return "host: " + arena;
+  }
+
+  uint64_t capacity_bytes() const override { return allocator_.capacity_bytes(); }
+  uint64_t used_bytes() const override { return allocator_.used_bytes(); }
+  uint64_t SlotBytes(uint64_t block_bytes) const override {
+    return SlabAllocator::SlotBytes(block_bytes);
+  }
+
+  Result<SlotId> Allocate(uint64_t block_bytes) override {
+    return allocator_.Allocate(block_bytes);
+  }
+  void Free(SlotId slot) override { allocator_.Free(slot); }
+
+  Status Read(SlotId slot, std::span<std::byte> dst) override {
+    KVTIER_RETURN_IF_ERROR(CheckSpan(slot, dst.size(), "Read"));
+    std::memcpy(dst.data(), At(slot), dst.size());
+    return Status::Ok();
+  }
+  Status Write(SlotId slot, std::span<const std::byte> src) override {
+    KVTIER_RETURN_IF_ERROR(CheckSpan(slot, src.size(), "Write"));
+    std::memcpy(At(slot), src.data(), src.size());
+    return Status::Ok();
+  }
+
+  std::span<std::byte> HostView(SlotId slot, uint64_t block_bytes) override {
+    // An empty span would read as "not host-addressable"; a bad slot here is
+    // a caller bug, so it asserts, and release builds get the empty span
+    // rather than bytes of another block.
+    const bool ok = CheckSpan(slot, block_bytes, "HostView").ok();
+    assert(ok && "HostView of a slot not allocated for that many bytes");
+    if (!ok) return {};
+    return {At(slot), static_cast<size_t>(block_bytes)};
+  }
+  uint64_t SlotOffset(SlotId slot) const override { return uint64_t{slot} * kSlotPageBytes; }
+  int arena_fd() const override { return fd_; }
+  uint64_t arena_bytes() const override { return allocator_.capacity_bytes(); }
+
+ private:
+  std::byte* At(SlotId slot) const { return base_ + SlotOffset(slot); }
+
+  Status CheckSpan(SlotId slot, uint64_t bytes, const char* op) const {
+    const uint64_t slot_bytes = allocator_.AllocatedSlotBytes(slot);
+    if (slot_bytes == 0) {
+      return InvalidArgumentError(std::string(op) + ": slot " + std::to_string(slot) +
+                                  " is not allocated");
+    }
+    if (bytes > slot_bytes) {
+      return InvalidArgumentError(std::string(op) + ": " + std::to_string(bytes) +
+                                  " bytes exceed slot " + std::to_string(slot) + " of " +
+                                  std::to_string(slot_bytes));
+    }
+    return Status::Ok();
+  }
+
+  const TierKind kind_;
+  SlabAllocator allocator_;
+  const int fd_;
+  std::byte* const base_;
+};
+
+Result<std::unique_ptr<Tier>> NewArenaTier(TierKind kind, const ArenaTierOptions& options) {
+  if (options.capacity_bytes == 0 || options.capacity_bytes > SlabAllocator::kMaxArenaBytes) {
+    return InvalidArgumentError("arena tier: capacity of " +
+                                std::to_string(options.capacity_bytes) +
+                                " bytes must be > 0 and at most 8 TiB");
+  }
+  const uint64_t arena_bytes = AlignUp(options.capacity_bytes, kSlotPageBytes);
+  KVTIER_ASSIGN_OR_RETURN(SlabAllocator allocator,
+                          SlabAllocator::Create(arena_bytes, options.slab_bytes));
+
+  const int fd = memfd_create("kvtier-host-arena", MFD_CLOEXEC);
+  if (fd < 0) return SyscallError("memfd_create", errno);
+  // Sizing the memfd commits no memory: tmpfs pages appear on first touch.
+  if (ftruncate(fd, static_cast<off_t>(arena_bytes)) != 0) {
+    const int err = errno;
+    close(fd);
+    return SyscallError("ftruncate", err);
+  }
+  void* base = mmap(nullptr, arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    return SyscallError("mmap", err);
+  }
+  return std::unique_ptr<Tier>(
+      new ArenaTier(kind, std::move(allocator), fd, static_cast<std::byte*>(base)));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tier>> NewHostTier(const ArenaTierOptions& options) {
+  return NewArenaTier(TierKind::kHost, options);
+}
+
+Result<std::unique_ptr<Tier>> NewEmulatedDeviceTier(const ArenaTierOptions& options) {
+  return NewArenaTier(TierKind::kDevice, options);
+}
+
+}  // namespace kvtier::tiers

@@ -1,0 +1,577 @@
+#include "tiers/cache_engine.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <utility>
+
+namespace kvtier::tiers {
+
+using prefix_index::EntryId;
+using prefix_index::kNoEntry;
+
+// ---------------------------------------------------------------- handles
+
+Allocation::Allocation(Allocation&& other) noexcept
+    : engine_(std::exchange(other.engine_, nullptr)),
+      id_(other.id_),
+      block_bytes_(other.block_bytes_),
+      states_(std::move(other.states_)),
+      locations_(std::move(other.locations_)) {}
+
+Allocation& Allocation::operator=(Allocation&& other) noexcept {
+  if (this != &other) {
+    Abort();
+    engine_ = std::exchange(other.engine_, nullptr);
+    id_ = other.id_;
+    block_bytes_ = other.block_bytes_;
+    states_ = std::move(other.states_);
+    locations_ = std::move(other.locations_);
+  }
+  return *this;
+}
+
+Allocation::~Allocation() { Abort(); }
+
+size_t Allocation::allocated() const {
+  return static_cast<size_t>(std::count(states_.begin(), states_.end(), WriteState::kAllocated));
+}
+
+std::span<std::byte> Allocation::Bytes(size_t i) const {
+  assert(open() && states_[i] == WriteState::kAllocated);
+  return engine_->BytesAt(locations_[i], block_bytes_);
+}
+
+Status Allocation::Commit() {
+  assert(open());
+  CacheEngine* engine = std::exchange(engine_, nullptr);
+  return engine->CommitAllocation(id_);
+}
+
+void Allocation::Abort() {
+  if (CacheEngine* engine = std::exchange(engine_, nullptr)) engine->AbortAllocation(id_);
+}
+
+Lease::Lease(Lease&& other) noexcept
+    : engine_(std::exchange(other.engine_, nullptr)),
+      id_(other.id_),
+      block_bytes_(other.block_bytes_),
+      locations_(std::move(other.locations_)) {}
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    Release();
+    engine_ = std::exchange(other.engine_, nullptr);
+    id_ = other.id_;
+    block_bytes_ = other.block_bytes_;
+    locations_ = std::move(other.locations_);
+  }
+  return *this;
+}
+
+Lease::~Lease() { Release(); }
+
+std::span<const std::byte> Lease::Bytes(size_t i) const {
+  assert(open());
+  return engine_->BytesAt(locations_[i], block_bytes_);
+}
+
+void Lease::Release() {
+  if (CacheEngine* engine = std::exchange(engine_, nullptr)) engine->ReleaseLease(id_);
+}
+
+// ---------------------------------------------------------------- engine
+
+Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& options,
+                                                         std::unique_ptr<Tier> device,
+                                                         std::unique_ptr<Tier> host) {
+  if (options.clock == nullptr) return InvalidArgumentError("EngineOptions.clock is null");
+  if (host == nullptr) return InvalidArgumentError("the host tier is required");
+  if (host->kind() != TierKind::kHost) return InvalidArgumentError("host tier of the wrong kind");
+  if (device != nullptr && device->kind() != TierKind::kDevice) {
+    return InvalidArgumentError("device tier of the wrong kind");
+  }
+  std::unique_ptr<CacheEngine> engine(new CacheEngine(options, std::move(device), std::move(host)));
+  const std::pair<TierKind, const std::string*> wanted[] = {
+      {TierKind::kDevice, &options.device_policy}, {TierKind::kHost, &options.host_policy}};
+  for (const auto& [kind, name] : wanted) {
+    if (engine->tier(kind) == nullptr) continue;
+    auto policy = eviction::NewPolicy(*name, *options.clock);
+    if (!policy) return policy.status().WithContext(std::string(TierKindName(kind)) + " tier");
+    engine->policies_[Index(kind)] = std::move(policy).value();
+  }
+  return engine;
+}
+
+CacheEngine::CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> device,
+                         std::unique_ptr<Tier> host)
+    : clock_(*options.clock) {
+  tiers_[Index(TierKind::kDevice)] = std::move(device);
+  tiers_[Index(TierKind::kHost)] = std::move(host);
+  for (size_t i = 0; i < kNumTierKinds; ++i) stats_.tiers[i].kind = static_cast<TierKind>(i);
+}
+
+CacheEngine::~CacheEngine() {
+  assert(allocations_.empty() && leases_.empty() &&
+         "Allocations and Leases must be destroyed before the engine");
+}
+
+Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
+  KVTIER_RETURN_IF_ERROR(spec.layout.Validate());
+  for (size_t i = 0; i < namespaces_.size(); ++i) {
+    const NamespaceSpec& known = namespaces_[i];
+    if (known.model != spec.model || known.salt != spec.salt) continue;
+    if (known.layout != spec.layout) {
+      return InvalidArgumentError("namespace '" + spec.model + "' is registered with layout " +
+                                  known.layout.ToString() + ", not " + spec.layout.ToString());
+    }
+    return static_cast<NamespaceId>(i);
+  }
+  const uint64_t bytes = spec.layout.BlockBytes();
+  for (const auto& t : tiers_) {
+    if (t != nullptr && t->SlotBytes(bytes) > t->capacity_bytes()) {
+      return InvalidArgumentError("a block of " + std::to_string(bytes) +
+                                  " bytes does not fit the " +
+                                  std::string(TierKindName(t->kind())) + " tier");
+    }
+  }
+  namespaces_.push_back(spec);
+  block_bytes_.push_back(bytes);
+  return static_cast<NamespaceId>(namespaces_.size() - 1);
+}
+
+const NamespaceSpec* CacheEngine::FindNamespace(NamespaceId ns) const {
+  return ns < namespaces_.size() ? &namespaces_[ns] : nullptr;
+}
+
+Status CacheEngine::CheckNamespace(NamespaceId ns) const {
+  if (ns >= namespaces_.size()) return InvalidArgumentError("unknown namespace");
+  return Status::Ok();
+}
+
+Status CacheEngine::CheckTarget(TierKind kind) const {
+  if (kind == TierKind::kSsd) {
+    return InvalidArgumentError("blocks are read and written in the device or host tier");
+  }
+  if (tier(kind) == nullptr) {
+    return InvalidArgumentError("there is no " + std::string(TierKindName(kind)) + " tier");
+  }
+  return Status::Ok();
+}
+
+Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKey> keys) {
+  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  LookupResult result;
+  for (const BlockKey& key : keys) {
+    const EntryId id = index_.Find(ns, key);
+    if (id == kNoEntry || !index_.visible(id)) break;
+    result.tiers.push_back(blocks_[id].tier);
+  }
+  result.hits = result.tiers.size();
+  ++stats_.lookups;
+  stats_.lookup_keys += keys.size();
+  stats_.lookup_hits += result.hits;
+  return result;
+}
+
+Result<Allocation> CacheEngine::Allocate(NamespaceId ns, std::optional<BlockKey> parent,
+                                         std::span<const BlockKey> keys, TierKind kind) {
+  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  KVTIER_RETURN_IF_ERROR(CheckTarget(kind));
+  if (keys.empty()) return InvalidArgumentError("no keys to allocate");
+
+  AllocationRecord rec;
+  rec.ns = ns;
+  EntryId prev = kNoEntry;
+  if (parent) {
+    prev = index_.Find(ns, *parent);
+    if (prev == kNoEntry || blocks_[prev].state != State::kReady) {
+      return NotFoundError("the parent block is not cached; write the chain from its start");
+    }
+    Pin(prev);
+    rec.pinned.push_back(prev);
+  }
+
+  const uint64_t bytes = block_bytes_[ns];
+  Allocation out;
+  out.block_bytes_ = bytes;
+  out.states_.assign(keys.size(), WriteState::kSkipped);
+  out.locations_.resize(keys.size());
+  Status no_room;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EntryId id = index_.Find(ns, keys[i]);
+    if (id != kNoEntry) {
+      if (blocks_[id].state != State::kReady) break;  // someone else is writing it
+      Pin(id);
+      rec.pinned.push_back(id);
+      out.states_[i] = WriteState::kExists;
+      prev = id;
+      continue;
+    }
+    Result<SlotId> slot = MakeRoom(kind, bytes);
+    if (!slot) {
+      no_room = slot.status();
+      break;
+    }
+    id = index_.Insert(ns, keys[i], prev);
+    if (blocks_.size() < index_.id_limit()) blocks_.resize(index_.id_limit());
+    blocks_[id] = Block{};
+    blocks_[id].pins = 1;  // a pending block is pinned by its writer
+    EnterTier(id, kind, *slot);
+    ++pending_blocks_;
+    rec.pending.push_back(id);
+    out.states_[i] = WriteState::kAllocated;
+    out.locations_[i] = LocationOf(id);
+    prev = id;
+  }
+
+  if (rec.pending.empty() && !no_room.ok()) {
+    for (auto it = rec.pinned.rbegin(); it != rec.pinned.rend(); ++it) Unpin(*it);
+    return no_room;
+  }
+  out.engine_ = this;
+  out.id_ = next_handle_id_++;
+  allocations_.emplace(out.id_, std::move(rec));
+  return out;
+}
+
+Status CacheEngine::CommitAllocation(uint64_t id) {
+  auto it = allocations_.find(id);
+  if (it == allocations_.end()) return InternalError("unknown allocation");
+  AllocationRecord rec = std::move(it->second);
+  allocations_.erase(it);
+  for (EntryId e : rec.pending) {
+    blocks_[e].state = State::kReady;
+    index_.SetVisible(e, true);
+    --pending_blocks_;
+    ++stats_.committed_blocks;
+  }
+  // Last block first, so the chain's head ends up the most recent (as in
+  // ReleaseLease). Unpin drops a block at once if an ancestor went meanwhile.
+  for (auto p = rec.pending.rbegin(); p != rec.pending.rend(); ++p) Unpin(*p);
+  for (auto p = rec.pinned.rbegin(); p != rec.pinned.rend(); ++p) Unpin(*p);
+  return Status::Ok();
+}
+
+void CacheEngine::AbortAllocation(uint64_t id) {
+  auto it = allocations_.find(id);
+  if (it == allocations_.end()) return;
+  AllocationRecord rec = std::move(it->second);
+  allocations_.erase(it);
+  // Last block first: a pending block's only children are later pending
+  // blocks of the same allocation.
+  for (auto p = rec.pending.rbegin(); p != rec.pending.rend(); ++p) {
+    LeaveTier(*p);
+    blocks_[*p].pins = 0;
+    index_.Erase(*p);
+    --pending_blocks_;
+    ++stats_.aborted_blocks;
+  }
+  for (auto p = rec.pinned.rbegin(); p != rec.pinned.rend(); ++p) Unpin(*p);
+}
+
+Result<Lease> CacheEngine::Acquire(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind) {
+  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  KVTIER_RETURN_IF_ERROR(CheckTarget(kind));
+  std::vector<EntryId> run;
+  for (const BlockKey& key : keys) {
+    const EntryId id = index_.Find(ns, key);
+    if (id == kNoEntry || !index_.visible(id)) break;
+    run.push_back(id);
+  }
+  for (EntryId id : run) Pin(id);
+  // Touch the last block first so a chain's head is the most recent: the
+  // tail of a prefix goes before the blocks it depends on.
+  for (auto it = run.rbegin(); it != run.rend(); ++it) {
+    const Block& b = blocks_[*it];
+    PolicyOf(b.tier).Touch(*it, MetaOf(*it));
+    ++stats_.tiers[Index(b.tier)].hits;
+  }
+  size_t kept = run.size();
+  for (size_t i = 0; i < run.size(); ++i) {
+    if (blocks_[run[i]].tier == kind) continue;
+    if (!Move(run[i], kind).ok()) {
+      kept = i;
+      break;
+    }
+  }
+  for (size_t i = run.size(); i > kept; --i) Unpin(run[i - 1]);
+  run.resize(kept);
+
+  Lease lease;
+  lease.block_bytes_ = block_bytes_[ns];
+  lease.locations_.reserve(run.size());
+  for (EntryId id : run) lease.locations_.push_back(LocationOf(id));
+  stats_.acquired_blocks += run.size();
+  lease.engine_ = this;
+  lease.id_ = next_handle_id_++;
+  leases_.emplace(lease.id_, std::move(run));
+  return lease;
+}
+
+void CacheEngine::ReleaseLease(uint64_t id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  std::vector<EntryId> run = std::move(it->second);
+  leases_.erase(it);
+  // Last block first, so the chain's head ends up the most recent.
+  for (auto p = run.rbegin(); p != run.rend(); ++p) Unpin(*p);
+}
+
+Result<size_t> CacheEngine::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
+  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  size_t removed = 0;
+  for (const BlockKey& key : keys) {
+    const EntryId id = index_.Find(ns, key);
+    if (id == kNoEntry || blocks_[id].state != State::kReady) continue;
+    ++removed;
+    ++stats_.removed_blocks;
+    if (blocks_[id].pins > 0) {
+      blocks_[id].state = State::kDoomed;  // freed by its last Unpin
+      index_.SetVisible(id, false);
+    } else {
+      Drop(id);
+    }
+  }
+  return removed;
+}
+
+// ---------------------------------------------------------------- internals
+
+uint64_t CacheEngine::BlockBytes(EntryId id) const { return block_bytes_[index_.ns(id)]; }
+
+eviction::BlockMeta CacheEngine::MetaOf(EntryId id) const {
+  const Block& b = blocks_[id];
+  eviction::BlockMeta meta;
+  meta.size_bytes = BlockBytes(id);
+  meta.priority = b.priority;
+  meta.pinned = b.pins > 0;
+  meta.children_in_tier = b.children_in_tier;
+  return meta;
+}
+
+BlockLocation CacheEngine::LocationOf(EntryId id) const {
+  const Block& b = blocks_[id];
+  return BlockLocation{b.tier, b.slot, tiers_[Index(b.tier)]->SlotOffset(b.slot)};
+}
+
+std::span<std::byte> CacheEngine::BytesAt(const BlockLocation& loc, uint64_t bytes) {
+  return tiers_[Index(loc.tier)]->HostView(loc.slot, bytes);
+}
+
+std::optional<TierKind> CacheEngine::LowerTier(TierKind kind) const {
+  for (size_t i = Index(kind) + 1; i < kNumTierKinds; ++i) {
+    if (tiers_[i] != nullptr) return static_cast<TierKind>(i);
+  }
+  return std::nullopt;
+}
+
+void CacheEngine::Pin(EntryId id) {
+  Block& b = blocks_[id];
+  if (b.pins++ == 0) {
+    ++pinned_in_tier_[Index(b.tier)];
+    PolicyOf(b.tier).Update(id, MetaOf(id));
+  }
+}
+
+void CacheEngine::Unpin(EntryId id) {
+  Block& b = blocks_[id];
+  assert(b.pins > 0);
+  if (--b.pins > 0) return;
+  --pinned_in_tier_[Index(b.tier)];
+  if (b.state == State::kDoomed || index_.orphan(id)) {
+    Drop(id);
+    return;
+  }
+  PolicyOf(b.tier).Update(id, MetaOf(id));
+}
+
+Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes) {
+  Tier& t = *tiers_[Index(kind)];
+  for (;;) {
+    Result<SlotId> slot = t.Allocate(bytes);
+    if (slot || slot.status().code() != StatusCode::kResourceExhausted) return slot;
+    const std::optional<EntryId> victim = PolicyOf(kind).Victim();
+    if (!victim) {
+      return ResourceExhaustedError("the " + std::string(TierKindName(kind)) +
+                                    " tier is full of pinned blocks");
+    }
+    Evict(*victim);
+  }
+}
+
+void CacheEngine::Evict(EntryId id) {
+  const TierKind from = blocks_[id].tier;
+  ++stats_.tiers[Index(from)].evictions;
+  if (const std::optional<TierKind> lower = LowerTier(from)) {
+    Pin(id);  // so that making room below cannot pick it
+    const Status moved = Move(id, *lower);
+    Unpin(id);  // may drop it, if an ancestor went while it moved
+    if (moved.ok() || !index_.live(id) || blocks_[id].tier != from) return;
+  }
+  Drop(id);
+}
+
+Status CacheEngine::Move(EntryId id, TierKind to) {
+  const TierKind from = blocks_[id].tier;
+  assert(blocks_[id].pins > 0 && from != to);
+  const uint64_t bytes = BlockBytes(id);
+  KVTIER_ASSIGN_OR_RETURN(const SlotId slot, MakeRoom(to, bytes));
+
+  Tier& src = *tiers_[Index(from)];
+  Tier& dst = *tiers_[Index(to)];
+  const SlotId old_slot = blocks_[id].slot;
+  const std::span<std::byte> src_view = src.HostView(old_slot, bytes);
+  const std::span<std::byte> dst_view = dst.HostView(slot, bytes);
+  Status copied;
+  if (!src_view.empty() && !dst_view.empty()) {
+    std::memcpy(dst_view.data(), src_view.data(), bytes);
+  } else if (!src_view.empty()) {
+    copied = dst.Write(slot, src_view);
+  } else if (!dst_view.empty()) {
+    copied = src.Read(old_slot, dst_view);
+  } else {
+    std::vector<std::byte> bounce(bytes);
+    copied = src.Read(old_slot, bounce);
+    if (copied.ok()) copied = dst.Write(slot, bounce);
+  }
+  if (!copied.ok()) {
+    dst.Free(slot);
+    return copied;
+  }
+
+  LeaveTier(id);
+  EnterTier(id, to, slot);
+  TierStats& in = stats_.tiers[Index(to)];
+  in.bytes_in += bytes;
+  if (Index(to) < Index(from)) {
+    ++in.promotions_in;
+  } else {
+    ++in.demotions_in;
+  }
+  return Status::Ok();
+}
+
+void CacheEngine::Drop(EntryId id) {
+  assert(blocks_[id].pins == 0);
+  // Iterative, since a chain can be thousands of blocks deep.
+  std::vector<EntryId> stack{id};
+  while (!stack.empty()) {
+    const EntryId e = stack.back();
+    stack.pop_back();
+    for (EntryId c = index_.first_child(e); c != kNoEntry; c = index_.next_sibling(c)) {
+      if (blocks_[c].pins == 0) stack.push_back(c);  // pinned ones go at their last Unpin
+    }
+    if (e != id || index_.orphan(e)) ++stats_.orphan_drops;
+    LeaveTier(e);
+    index_.Erase(e);
+    ++stats_.dropped_blocks;
+  }
+}
+
+void CacheEngine::EnterTier(EntryId id, TierKind kind, SlotId slot) {
+  Block& b = blocks_[id];
+  b.tier = kind;
+  b.slot = slot;
+  b.children_in_tier = 0;
+  for (EntryId c = index_.first_child(id); c != kNoEntry; c = index_.next_sibling(c)) {
+    if (blocks_[c].tier == kind) ++b.children_in_tier;
+  }
+  if (b.pins > 0) ++pinned_in_tier_[Index(kind)];
+  PolicyOf(kind).Insert(id, MetaOf(id));
+  AdjustParentChildren(id, kind, +1);
+}
+
+void CacheEngine::LeaveTier(EntryId id) {
+  const Block& b = blocks_[id];
+  if (b.pins > 0) --pinned_in_tier_[Index(b.tier)];
+  PolicyOf(b.tier).Erase(id);
+  tiers_[Index(b.tier)]->Free(b.slot);
+  AdjustParentChildren(id, b.tier, -1);
+}
+
+void CacheEngine::AdjustParentChildren(EntryId id, TierKind kind, int delta) {
+  const EntryId p = index_.parent(id);
+  if (p == kNoEntry || blocks_[p].tier != kind) return;
+  blocks_[p].children_in_tier =
+      static_cast<uint32_t>(static_cast<int64_t>(blocks_[p].children_in_tier) + delta);
+  PolicyOf(kind).Update(p, MetaOf(p));
+}
+
+// ---------------------------------------------------------------- stats
+
+EngineStats CacheEngine::Stats() const {
+  EngineStats s = stats_;
+  for (size_t i = 0; i < kNumTierKinds; ++i) {
+    TierStats& ts = s.tiers[i];
+    const Tier* t = tiers_[i].get();
+    ts.present = t != nullptr;
+    if (t == nullptr) continue;
+    ts.emulated = t->emulated();
+    ts.description = t->description();
+    ts.capacity_bytes = t->capacity_bytes();
+    ts.used_bytes = t->used_bytes();
+    ts.blocks = policies_[i]->size();
+    ts.pinned_blocks = pinned_in_tier_[i];
+  }
+  s.namespaces = namespaces_.size();
+  s.index_entries = index_.size();
+  s.index_bytes = index_.MemoryBytes();
+  s.pending_blocks = pending_blocks_;
+  s.open_allocations = allocations_.size();
+  s.open_leases = leases_.size();
+  return s;
+}
+
+Status CacheEngine::CheckInvariants() const {
+  auto fail = [](const std::string& what) { return InternalError("invariant: " + what); };
+  std::vector<uint32_t> pins(index_.id_limit(), 0);
+  for (const auto& [aid, rec] : allocations_) {
+    for (EntryId e : rec.pending) ++pins[e];
+    for (EntryId e : rec.pinned) ++pins[e];
+  }
+  for (const auto& [lid, run] : leases_) {
+    for (EntryId e : run) ++pins[e];
+  }
+  std::array<uint64_t, kNumTierKinds> used{}, count{}, pinned{};
+  uint64_t pending = 0;
+  for (EntryId id = 0; id < index_.id_limit(); ++id) {
+    if (!index_.live(id)) continue;
+    const Block& b = blocks_[id];
+    const std::string name = "block " + index_.key(id).ToHex();
+    if (tiers_[Index(b.tier)] == nullptr) return fail(name + " in an absent tier");
+    if (b.pins != pins[id]) {
+      return fail(name + " has " + std::to_string(b.pins) + " pins, holders say " +
+                  std::to_string(pins[id]));
+    }
+    if (index_.visible(id) != (b.state == State::kReady)) return fail(name + " visibility");
+    if (b.state == State::kPending) ++pending;
+    if ((b.state == State::kDoomed || index_.orphan(id)) && b.pins == 0) {
+      return fail(name + " is an unpinned doomed or orphan block");
+    }
+    const EntryId p = index_.parent(id);
+    if (p != kNoEntry && !index_.live(p)) return fail(name + " has a dead parent");
+    uint32_t children = 0;
+    for (EntryId c = index_.first_child(id); c != kNoEntry; c = index_.next_sibling(c)) {
+      if (index_.parent(c) != id) return fail(name + " child link");
+      if (blocks_[c].tier == b.tier) ++children;
+    }
+    if (children != b.children_in_tier) return fail(name + " children_in_tier");
+    const size_t t = Index(b.tier);
+    used[t] += tiers_[t]->SlotBytes(BlockBytes(id));
+    ++count[t];
+    if (b.pins > 0) ++pinned[t];
+  }
+  if (pending != pending_blocks_) return fail("pending block count");
+  for (size_t t = 0; t < kNumTierKinds; ++t) {
+    if (tiers_[t] == nullptr) continue;
+    const std::string tn(TierKindName(static_cast<TierKind>(t)));
+    if (used[t] != tiers_[t]->used_bytes()) return fail(tn + " used bytes");
+    if (used[t] > tiers_[t]->capacity_bytes()) return fail(tn + " over capacity");
+    if (count[t] != policies_[t]->size()) return fail(tn + " policy size");
+    if (pinned[t] != pinned_in_tier_[t]) return fail(tn + " pinned count");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvtier::tiers

@@ -1,0 +1,302 @@
+// CacheEngine: the index, the tiers, one eviction policy per tier, and the
+// leases (DESIGN.md §3).
+//
+// Write path: Allocate(keys) reserves slots, invisible to lookups; the worker
+// writes the bytes in place; Commit() publishes them (Abort() or dropping the
+// Allocation frees them). Read path: Acquire(keys, tier) pins the leading
+// present blocks, moving them into `tier` where needed, and returns a Lease;
+// the worker reads; dropping the Lease (or Release()) unpins them.
+//
+// Guarantees:
+// - A pinned block (leased, being written, or named by an open allocation)
+//   is never evicted, moved or freed.
+// - A tier's capacity is never exceeded: making room evicts the policy's
+//   victims, demoting each to the next tier down (device -> host -> gone).
+// - A block whose parent is gone never counts in a prefix hit; unpinned
+//   descendants of a dropped block are dropped with it (they can never hit
+//   again), pinned ones when their last pin goes.
+// - A block is in exactly one tier at a time; a move copies the bytes and
+//   then frees the old slot.
+//
+// Thread-safety: none. The engine, its Allocations and Leases are confined
+// to one thread (the daemon's strand). Allocations and Leases must be
+// destroyed before the engine.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/layout.h"
+#include "common/result.h"
+#include "eviction/eviction_policy.h"
+#include "prefix_index/block_key.h"
+#include "prefix_index/prefix_index.h"
+#include "tiers/tier.h"
+
+namespace kvtier::tiers {
+
+using prefix_index::BlockKey;
+using prefix_index::NamespaceId;
+
+// A key space with one block layout. Blocks of different namespaces never
+// match, whatever their keys.
+struct NamespaceSpec {
+  std::string model;  // model id, e.g. "meta-llama/Llama-3.1-8B"
+  std::string salt;   // tenant or cache salt; "" for none
+  Layout layout;
+};
+
+struct EngineOptions {
+  // Eviction policy of each tier, by name (eviction::PolicyNames()).
+  std::string device_policy = "lru";
+  std::string host_policy = "lru";
+  // Source of time for policies and stats. Must outlive the engine.
+  const Clock* clock = &SystemClock();
+};
+
+// Where one block of a result lives.
+struct BlockLocation {
+  TierKind tier = TierKind::kHost;
+  SlotId slot = 0;
+  uint64_t offset = 0;  // byte offset inside the tier's arena
+};
+
+struct LookupResult {
+  size_t hits = 0;              // leading keys present
+  std::vector<TierKind> tiers;  // tier of each of the `hits` blocks
+};
+
+struct TierStats {
+  TierKind kind = TierKind::kHost;
+  bool present = false;
+  bool emulated = false;
+  std::string description;
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;  // slot bytes reserved
+  uint64_t blocks = 0;      // blocks in the tier (committed and pending)
+  uint64_t pinned_blocks = 0;
+  uint64_t hits = 0;           // acquired blocks found in this tier
+  uint64_t evictions = 0;      // blocks moved out or dropped to make room
+  uint64_t demotions_in = 0;   // blocks that arrived from the tier above
+  uint64_t promotions_in = 0;  // blocks that arrived from the tier below
+  uint64_t bytes_in = 0;       // bytes copied into the tier by moves
+};
+
+struct EngineStats {
+  std::array<TierStats, kNumTierKinds> tiers;
+  uint64_t namespaces = 0;
+  uint64_t index_entries = 0;
+  uint64_t index_bytes = 0;
+  uint64_t pending_blocks = 0;  // allocated, not committed
+  uint64_t open_allocations = 0;
+  uint64_t open_leases = 0;
+  uint64_t lookups = 0;
+  uint64_t lookup_keys = 0;
+  uint64_t lookup_hits = 0;  // leading keys found by lookups
+  uint64_t acquired_blocks = 0;
+  uint64_t committed_blocks = 0;
+  uint64_t aborted_blocks = 0;
+  uint64_t dropped_blocks = 0;  // left the last tier (evicted or orphaned)
+  uint64_t orphan_drops = 0;    // of which dropped because an ancestor went
+  uint64_t removed_blocks = 0;  // by Remove()
+};
+
+class CacheEngine;
+
+// What Allocate did for each key.
+enum class WriteState : uint8_t {
+  kAllocated,  // a slot is reserved: write the bytes, then Commit
+  kExists,     // already cached: nothing to write
+  kSkipped,    // not allocated: being written by another, or no room
+};
+
+// An open write: RAII, move-only. Destroying it without Commit() aborts.
+class Allocation {
+ public:
+  Allocation() = default;
+  Allocation(Allocation&& other) noexcept;
+  Allocation& operator=(Allocation&& other) noexcept;
+  ~Allocation();
+
+  uint64_t id() const { return id_; }
+  bool open() const { return engine_ != nullptr; }
+  size_t size() const { return states_.size(); }
+  WriteState state(size_t i) const { return states_[i]; }
+  size_t allocated() const;
+  // REQUIRES: state(i) == kAllocated.
+  const BlockLocation& location(size_t i) const { return locations_[i]; }
+  // The slot's bytes in this process (empty if the tier is not
+  // host-addressable). REQUIRES: open(), state(i) == kAllocated.
+  std::span<std::byte> Bytes(size_t i) const;
+
+  // Publishes the allocated blocks. REQUIRES: open().
+  Status Commit();
+  // Frees the allocated slots. No-op when not open.
+  void Abort();
+
+ private:
+  friend class CacheEngine;
+  CacheEngine* engine_ = nullptr;
+  uint64_t id_ = 0;
+  uint64_t block_bytes_ = 0;
+  std::vector<WriteState> states_;
+  std::vector<BlockLocation> locations_;
+};
+
+// Pinned blocks for reading: RAII, move-only. Destroying it releases them.
+class Lease {
+ public:
+  Lease() = default;
+  Lease(Lease&& other) noexcept;
+  Lease& operator=(Lease&& other) noexcept;
+  ~Lease();
+
+  uint64_t id() const { return id_; }
+  bool open() const { return engine_ != nullptr; }
+  // The leading present blocks, in key order, all in the acquired tier.
+  size_t size() const { return locations_.size(); }
+  const BlockLocation& location(size_t i) const { return locations_[i]; }
+  // REQUIRES: open().
+  std::span<const std::byte> Bytes(size_t i) const;
+
+  void Release();
+
+ private:
+  friend class CacheEngine;
+  CacheEngine* engine_ = nullptr;
+  uint64_t id_ = 0;
+  uint64_t block_bytes_ = 0;
+  std::vector<BlockLocation> locations_;
+};
+
+class CacheEngine {
+ public:
+  // `host` is required; `device` may be null (no device tier).
+  static Result<std::unique_ptr<CacheEngine>> Create(const EngineOptions& options,
+                                                     std::unique_ptr<Tier> device,
+                                                     std::unique_ptr<Tier> host);
+  ~CacheEngine();
+  CacheEngine(const CacheEngine&) = delete;
+  CacheEngine& operator=(const CacheEngine&) = delete;
+
+  // Registers a namespace, or returns the id of an identical one.
+  // InvalidArgument for a bad layout, or a known (model, salt) with another
+  // layout.
+  Result<NamespaceId> AddNamespace(const NamespaceSpec& spec);
+  // nullptr if unknown.
+  const NamespaceSpec* FindNamespace(NamespaceId ns) const;
+
+  // The leading run of `keys` present (committed) and where each block is.
+  // Changes no recency.
+  Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys);
+
+  // Reserves slots in `tier` for the blocks of a chain. `parent` is the key
+  // before keys[0] (nullopt: keys[0] starts a prompt); when given it must be
+  // cached, and it and every already-cached key of the chain stay pinned
+  // until Commit or Abort. Keys are handled in order: a cached key is
+  // kExists; a missing key gets a slot (evicting if needed); a key being
+  // written by someone else, or one that finds no room, is kSkipped with
+  // every key after it. ResourceExhausted if room was needed and none could
+  // be made for even the first missing block.
+  Result<Allocation> Allocate(NamespaceId ns, std::optional<BlockKey> parent,
+                              std::span<const BlockKey> keys, TierKind tier);
+
+  // Pins the leading present blocks of `keys` and moves each one not in
+  // `tier` there. If a move finds no room the lease stops before that block.
+  Result<Lease> Acquire(NamespaceId ns, std::span<const BlockKey> keys, TierKind tier);
+
+  // Removes committed blocks (and, like any drop, their unpinned
+  // descendants). A leased block disappears from lookups at once and is
+  // freed at its last release. Returns how many of `keys` were removed.
+  Result<size_t> Remove(NamespaceId ns, std::span<const BlockKey> keys);
+
+  EngineStats Stats() const;
+
+  // nullptr when the tier is absent.
+  Tier* tier(TierKind kind) { return tiers_[Index(kind)].get(); }
+  const Tier* tier(TierKind kind) const { return tiers_[Index(kind)].get(); }
+
+  // Checks every internal invariant (tests). O(blocks).
+  Status CheckInvariants() const;
+
+ private:
+  friend class Allocation;
+  friend class Lease;
+
+  using EntryId = prefix_index::EntryId;
+
+  enum class State : uint8_t { kPending, kReady, kDoomed };
+
+  // Per-block state, indexed by the index's EntryId.
+  struct Block {
+    TierKind tier = TierKind::kHost;
+    State state = State::kPending;
+    uint8_t priority = eviction::kDefaultPriority;
+    SlotId slot = 0;
+    uint32_t pins = 0;
+    uint32_t children_in_tier = 0;  // children living in this block's tier
+  };
+
+  struct AllocationRecord {
+    NamespaceId ns = 0;
+    std::vector<EntryId> pending;  // in chain order
+    std::vector<EntryId> pinned;   // parent and kExists keys
+  };
+
+  CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> device,
+              std::unique_ptr<Tier> host);
+
+  static size_t Index(TierKind kind) { return static_cast<size_t>(kind); }
+  Status CheckNamespace(NamespaceId ns) const;
+  // A tier that blocks can be allocated in and acquired into.
+  Status CheckTarget(TierKind kind) const;
+  uint64_t BlockBytes(EntryId id) const;
+  eviction::BlockMeta MetaOf(EntryId id) const;
+  eviction::EvictionPolicy& PolicyOf(TierKind kind) { return *policies_[Index(kind)]; }
+  BlockLocation LocationOf(EntryId id) const;
+  std::optional<TierKind> LowerTier(TierKind kind) const;
+
+  void Pin(EntryId id);
+  // Drops the block if it became an unpinned orphan or doomed block.
+  void Unpin(EntryId id);
+  // Reserves a slot in `kind`, evicting victims until one is free.
+  Result<SlotId> MakeRoom(TierKind kind, uint64_t bytes);
+  // Moves the victim to the next tier down, or drops it from the last.
+  void Evict(EntryId id);
+  // Copies the block into `to` and frees its old slot. REQUIRES: pinned.
+  Status Move(EntryId id, TierKind to);
+  // Removes an unpinned block and, iteratively, its unpinned descendants.
+  void Drop(EntryId id);
+  // Tier-membership bookkeeping shared by allocate, move and drop.
+  void EnterTier(EntryId id, TierKind kind, SlotId slot);
+  void LeaveTier(EntryId id);
+  void AdjustParentChildren(EntryId id, TierKind kind, int delta);
+
+  Status CommitAllocation(uint64_t id);
+  void AbortAllocation(uint64_t id);
+  void ReleaseLease(uint64_t id);
+  std::span<std::byte> BytesAt(const BlockLocation& loc, uint64_t bytes);
+
+  const Clock& clock_;
+  std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers_;
+  std::array<std::unique_ptr<eviction::EvictionPolicy>, kNumTierKinds> policies_;
+  std::vector<NamespaceSpec> namespaces_;  // indexed by NamespaceId
+  std::vector<uint64_t> block_bytes_;      // indexed by NamespaceId
+  prefix_index::PrefixIndex index_;
+  std::vector<Block> blocks_;  // indexed by EntryId
+  std::unordered_map<uint64_t, AllocationRecord> allocations_;
+  std::unordered_map<uint64_t, std::vector<EntryId>> leases_;
+  uint64_t next_handle_id_ = 1;
+  uint64_t pending_blocks_ = 0;
+  std::array<uint64_t, kNumTierKinds> pinned_in_tier_{};
+  EngineStats stats_;  // counters; gauges are filled in by Stats()
+};
+
+}  // namespace kvtier::tiers

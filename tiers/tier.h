@@ -1,0 +1,94 @@
+// Tier: one level of block storage (device, host, ssd), cut into slots.
+//
+// A tier knows bytes and slots, nothing of keys, namespaces, policies or
+// sockets; the CacheEngine decides what lives where. A slot holds one block;
+// its size is the block size rounded up to the tier's slot granularity.
+//
+// Thread-safety: a Tier is confined to the engine's thread (strand), like the
+// engine itself. Bytes behind HostView() may be read and written by workers
+// in other processes while the engine holds the slot pinned for them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "common/units.h"
+
+namespace kvtier::tiers {
+
+enum class TierKind : uint8_t { kDevice = 0, kHost = 1, kSsd = 2 };
+inline constexpr size_t kNumTierKinds = 3;
+std::string_view TierKindName(TierKind kind);  // "device", "host", "ssd"
+
+// Identifies a slot inside one tier. For arena tiers it is the slot's first
+// page: offset = slot * kSlotPageBytes.
+using SlotId = uint32_t;
+inline constexpr uint64_t kSlotPageBytes = 4 * kKiB;
+
+class Tier {
+ public:
+  virtual ~Tier() = default;
+
+  virtual TierKind kind() const = 0;
+  // One line for logs and STATS: what backs the tier ("host: memfd arena,
+  // 1.00 GiB", "device: emulated in host memory, no GPU").
+  virtual std::string description() const = 0;
+  virtual bool emulated() const { return false; }
+
+  // Bytes the tier may hold in slots; never exceeded.
+  virtual uint64_t capacity_bytes() const = 0;
+  // Bytes currently reserved by slots (slot sizes, not block sizes).
+  virtual uint64_t used_bytes() const = 0;
+  // Bytes one slot for a block of `block_bytes` reserves.
+  virtual uint64_t SlotBytes(uint64_t block_bytes) const = 0;
+
+  // Reserves a slot for a block of `block_bytes`. ResourceExhausted when no
+  // slot of that size can be had now (the engine evicts and retries);
+  // InvalidArgument when such a block can never fit.
+  virtual Result<SlotId> Allocate(uint64_t block_bytes) = 0;
+  // REQUIRES: `slot` was returned by Allocate and not freed since.
+  virtual void Free(SlotId slot) = 0;
+
+  // Copies a block between a slot and host memory; the span's size is the
+  // block's size. REQUIRES: slot allocated for at least that many bytes.
+  virtual Status Read(SlotId slot, std::span<std::byte> dst) = 0;
+  virtual Status Write(SlotId slot, std::span<const std::byte> src) = 0;
+
+  // The slot's bytes in this process, or an empty span when the tier's
+  // memory is not host-addressable (a real GPU, a disk, a metadata-only tier).
+  virtual std::span<std::byte> HostView(SlotId slot, uint64_t block_bytes) = 0;
+  // Byte offset of the slot inside the tier's shareable arena.
+  virtual uint64_t SlotOffset(SlotId slot) const = 0;
+  // A file descriptor of the arena another process can mmap (memfd), or -1.
+  // Owned by the tier.
+  virtual int arena_fd() const { return -1; }
+  // Total bytes of the arena behind arena_fd() (>= capacity_bytes()).
+  virtual uint64_t arena_bytes() const { return capacity_bytes(); }
+};
+
+struct ArenaTierOptions {
+  // Bytes of block slots the tier holds; rounded up to kSlotPageBytes.
+  // Default 1 GiB. The whole arena is reserved at start.
+  uint64_t capacity_bytes = 1 * kGiB;
+  // Target size of one size-class slab. Blocks of one size share a slab; a
+  // larger slab wastes less per slab but keeps a block size's memory longer
+  // when the mix of sizes changes. A block larger than this gets a slab of
+  // its own. Default 64 MiB.
+  uint64_t slab_bytes = 64 * kMiB;
+};
+
+// The host tier: one memfd_create arena, mapped shared, that another process
+// can map through arena_fd(). Slots are page-aligned; blocks of several sizes
+// (namespaces) share the arena through size-class slabs.
+Result<std::unique_ptr<Tier>> NewHostTier(const ArenaTierOptions& options);
+
+// A device tier emulated in host memory, behind the device tier's interface:
+// for tests and for machines without a GPU. kind() == kDevice, emulated().
+Result<std::unique_ptr<Tier>> NewEmulatedDeviceTier(const ArenaTierOptions& options);
+
+}  // namespace kvtier::tiers
