@@ -287,10 +287,12 @@ Result<Lease> CacheEngine::Acquire(NamespaceId ns, std::span<const BlockKey> key
     PolicyOf(b.tier).Touch(*it, MetaOf(*it));
     ++stats_.tiers[Index(b.tier)].hits;
   }
+  // A block held by another lease or writer cannot move; the lease stops
+  // there, as it does where `kind` has no room.
   size_t kept = run.size();
   for (size_t i = 0; i < run.size(); ++i) {
     if (blocks_[run[i]].tier == kind) continue;
-    if (!Move(run[i], kind).ok()) {
+    if (blocks_[run[i]].pins > 1 || !Move(run[i], kind).ok()) {
       kept = i;
       break;
     }

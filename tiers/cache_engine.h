@@ -209,7 +209,8 @@ class CacheEngine {
                               std::span<const BlockKey> keys, TierKind tier);
 
   // Pins the leading present blocks of `keys` and moves each one not in
-  // `tier` there. If a move finds no room the lease stops before that block.
+  // `tier` there. The lease stops before a block that cannot move: no room
+  // in `tier`, or pinned in another tier by someone else.
   Result<Lease> Acquire(NamespaceId ns, std::span<const BlockKey> keys, TierKind tier);
 
   // Removes committed blocks (and, like any drop, their unpinned

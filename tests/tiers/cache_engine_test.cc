@@ -234,6 +234,25 @@ TEST_F(CacheEngineTest, AcquireStopsWhereTheTargetTierHasNoRoom) {
   EXPECT_EQ(Tier(TierKind::kHost).pinned_blocks, 0u);
 }
 
+TEST_F(CacheEngineTest, BlockLeasedInAnotherTierIsNotMoved) {
+  Build(4, 16);
+  const auto keys = Chain(1, 3);
+  Put(*engine_, ns_, keys, TierKind::kHost);
+  auto on_host = engine_->Acquire(ns_, std::span(keys).first(2), TierKind::kHost);
+  ASSERT_EQ(on_host->size(), 2u);
+  // A reader on the device cannot take the block another reads on the host.
+  auto on_device = engine_->Acquire(ns_, keys, TierKind::kDevice);
+  ASSERT_TRUE(on_device.ok());
+  EXPECT_EQ(on_device->size(), 0u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(on_host->location(i).tier, TierKind::kHost);
+    EXPECT_TRUE(Matches(on_host->Bytes(i), keys[i]));
+  }
+  on_host->Release();
+  on_device = engine_->Acquire(ns_, keys, TierKind::kDevice);
+  EXPECT_EQ(on_device->size(), 3u);
+}
+
 TEST_F(CacheEngineTest, EvictedParentMakesItsChildrenUnreachable) {
   Build(0, 6);
   const auto keys = Chain(1, 4);
