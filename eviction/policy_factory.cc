@@ -14,8 +14,9 @@ std::span<const std::string_view> PolicyNames() { return kNames; }
 Result<std::unique_ptr<EvictionPolicy>> NewPolicy(std::string_view name,
                                                   [[maybe_unused]] const Clock& clock) {
   if (name == "lru") return NewLruPolicy();
-  std::string msg = "unknown eviction policy '" + std::string(name) + "'; known:";
-  for (std::string_view n : kNames) msg += " " + std::string(n);
+  std::string msg = "unknown eviction policy '";
+  msg.append(name).append("'; known:");
+  for (std::string_view n : kNames) msg.append(" ").append(n);
   return InvalidArgumentError(msg);
 }
 

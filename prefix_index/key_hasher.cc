@@ -49,34 +49,52 @@ KeyHasher::KeyHasher(const std::array<std::byte, kXxhSecretBytes>& secret, uint3
       XXH3_128bits_withSecret(kRootLabel, sizeof(kRootLabel) - 1, secret_.data(), secret_.size()));
 }
 
+// The hash input: parent (16 bytes) || tokens || extra, assembled in one
+// contiguous buffer because the one-shot hash is much faster than the
+// streaming API on inputs this short.
+class KeyHasher::InputBuffer {
+ public:
+  InputBuffer(size_t token_bytes, std::span<const std::byte> extra)
+      : token_bytes_(token_bytes), len_(16 + token_bytes + extra.size()) {
+    if (len_ > sizeof(stack_)) {
+      heap_.resize(len_);
+      buf_ = heap_.data();
+    }
+    if (!extra.empty()) std::memcpy(buf_ + 16 + token_bytes_, extra.data(), extra.size());
+  }
+
+  BlockKey Hash(const BlockKey& parent, const TokenId* tokens, const std::byte* secret,
+                size_t secret_size) {
+    std::memcpy(buf_, &parent.lo, 8);
+    std::memcpy(buf_ + 8, &parent.hi, 8);
+    std::memcpy(buf_ + 16, tokens, token_bytes_);
+    return FromXxh(XXH3_128bits_withSecret(buf_, len_, secret, secret_size));
+  }
+
+ private:
+  const size_t token_bytes_;
+  const size_t len_;
+  std::byte stack_[16 + kStackTokens * sizeof(TokenId) + 64];
+  std::vector<std::byte> heap_;
+  std::byte* buf_ = stack_;
+};
+
 BlockKey KeyHasher::KeyOf(const BlockKey& parent, std::span<const TokenId> tokens,
                           std::span<const std::byte> extra) const {
   assert(tokens.size() == block_tokens_);
-  const size_t token_bytes = tokens.size() * sizeof(TokenId);
-  const size_t len = 16 + token_bytes + extra.size();
-  // One contiguous input: the one-shot hash is faster than the streaming API
-  // and the copy costs a fraction of the hash.
-  std::byte stack[16 + kStackTokens * sizeof(TokenId) + 64];
-  std::vector<std::byte> heap;
-  std::byte* buf = stack;
-  if (len > sizeof(stack)) {
-    heap.resize(len);
-    buf = heap.data();
-  }
-  std::memcpy(buf, &parent.lo, 8);
-  std::memcpy(buf + 8, &parent.hi, 8);
-  std::memcpy(buf + 16, tokens.data(), token_bytes);
-  if (!extra.empty()) std::memcpy(buf + 16 + token_bytes, extra.data(), extra.size());
-  return FromXxh(XXH3_128bits_withSecret(buf, len, secret_.data(), secret_.size()));
+  InputBuffer input(tokens.size() * sizeof(TokenId), extra);
+  return input.Hash(parent, tokens.data(), secret_.data(), secret_.size());
 }
 
 void KeyHasher::AppendChain(const BlockKey& parent, std::span<const TokenId> tokens,
                             std::span<const std::byte> extra, std::vector<BlockKey>* out) const {
   const size_t blocks = tokens.size() / block_tokens_;
   out->reserve(out->size() + blocks);
+  // One buffer for the whole chain: only the parent and the tokens change.
+  InputBuffer input(block_tokens_ * sizeof(TokenId), extra);
   BlockKey key = parent;
   for (size_t i = 0; i < blocks; ++i) {
-    key = KeyOf(key, tokens.subspan(i * block_tokens_, block_tokens_), extra);
+    key = input.Hash(key, tokens.data() + i * block_tokens_, secret_.data(), secret_.size());
     out->push_back(key);
   }
 }

@@ -53,6 +53,7 @@ class KeyHasher {
                               std::span<const std::byte> extra = {}) const;
 
  private:
+  class InputBuffer;
   KeyHasher(const std::array<std::byte, kXxhSecretBytes>& secret, uint32_t block_tokens);
 
   alignas(64) std::array<std::byte, kXxhSecretBytes> secret_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cassert>
+#include <cstdint>
 
 namespace kvtier::prefix_index {
 namespace {
@@ -49,10 +50,32 @@ EntryId PrefixIndex::Find(NamespaceId ns, const BlockKey& key) const {
 }
 
 size_t PrefixIndex::LeadingRun(NamespaceId ns, std::span<const BlockKey> keys) const {
+  // The keys of a chain are independent lookups, and in a large index each
+  // one misses the cache twice (table slot, then node). Prefetch the slot
+  // kSlotAhead keys ahead and the node kNodeAhead keys ahead, so the misses
+  // overlap instead of queueing one after another.
+  constexpr size_t kSlotAhead = 8;
+  constexpr size_t kNodeAhead = 4;
+  const size_t n = keys.size();
+  uint64_t hashes[kSlotAhead];
+  for (size_t i = 0; i < std::min(n, kSlotAhead); ++i) {
+    hashes[i] = HashOf(ns, keys[i]);
+    __builtin_prefetch(&table_[hashes[i] & mask_]);
+  }
   size_t run = 0;
-  for (const BlockKey& k : keys) {
-    const EntryId id = Find(ns, k);
-    if (id == kNoEntry || !visible(id)) break;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t hash = hashes[i % kSlotAhead];
+    if (i + kSlotAhead < n) {
+      const uint64_t ahead = HashOf(ns, keys[i + kSlotAhead]);
+      hashes[i % kSlotAhead] = ahead;
+      __builtin_prefetch(&table_[ahead & mask_]);
+    }
+    if (i + kNodeAhead < n) {
+      const uint64_t slot = table_[hashes[(i + kNodeAhead) % kSlotAhead] & mask_];
+      if (slot != kEmptySlot) __builtin_prefetch(&nodes_[SlotId(slot)]);
+    }
+    const uint64_t slot = table_[FindSlot(ns, keys[i], hash)];
+    if (slot == kEmptySlot || !visible(SlotId(slot))) break;
     ++run;
   }
   return run;

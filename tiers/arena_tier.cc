@@ -5,6 +5,7 @@
 // daemon serves (the fd travels once, with SCM_RIGHTS); the emulated device
 // uses the same kind of arena so that tests of the device path run the
 // host code unchanged.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -140,13 +141,20 @@ Result<std::unique_ptr<Tier>> NewArenaTier(TierKind kind, const ArenaTierOptions
   KVTIER_ASSIGN_OR_RETURN(SlabAllocator allocator,
                           SlabAllocator::Create(arena_bytes, options.slab_bytes));
 
-  const int fd = memfd_create("kvtier-host-arena", MFD_CLOEXEC);
+  const int fd = memfd_create(kind == TierKind::kHost ? "kvtier-host-arena" : "kvtier-device-arena",
+                              MFD_CLOEXEC);
   if (fd < 0) return SyscallError("memfd_create", errno);
-  // Sizing the memfd commits no memory: tmpfs pages appear on first touch.
+  // Sizing the memfd commits no memory: tmpfs pages appear on first touch,
+  // unless fallocate commits them now.
   if (ftruncate(fd, static_cast<off_t>(arena_bytes)) != 0) {
     const int err = errno;
     close(fd);
     return SyscallError("ftruncate", err);
+  }
+  if (options.reserve_memory && fallocate(fd, 0, 0, static_cast<off_t>(arena_bytes)) != 0) {
+    const int err = errno;
+    close(fd);
+    return SyscallError("fallocate (reserving the arena's memory)", err);
   }
   void* base = mmap(nullptr, arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {

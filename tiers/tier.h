@@ -73,13 +73,18 @@ class Tier {
 
 struct ArenaTierOptions {
   // Bytes of block slots the tier holds; rounded up to kSlotPageBytes.
-  // Default 1 GiB. The whole arena is reserved at start.
+  // Default 1 GiB.
   uint64_t capacity_bytes = 1 * kGiB;
   // Target size of one size-class slab. Blocks of one size share a slab; a
   // larger slab wastes less per slab but keeps a block size's memory longer
   // when the mix of sizes changes. A block larger than this gets a slab of
   // its own. Default 64 MiB.
   uint64_t slab_bytes = 64 * kMiB;
+  // Commit the arena's memory at creation (fallocate on the memfd), so a
+  // machine short of memory fails at start with a clear error rather than
+  // with SIGBUS in a worker on first touch. Costs the memory up front and a
+  // start-up pass over the pages. Default on.
+  bool reserve_memory = true;
 };
 
 // The host tier: one memfd_create arena, mapped shared, that another process

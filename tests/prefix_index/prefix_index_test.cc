@@ -67,6 +67,21 @@ TEST(PrefixIndexTest, LeadingRunCountsOnlyVisibleLeadingKeys) {
   EXPECT_EQ(index.LeadingRun(0, Keys(101, 4)), 4u);
 }
 
+TEST(PrefixIndexTest, LeadingRunOfLongChainsStopsAtTheFirstGap) {
+  // Long enough to run LeadingRun's prefetch pipeline in full.
+  PrefixIndex index;
+  const auto ids = InsertChain(index, 0, 1000, 300);
+  for (size_t len : {size_t{1}, size_t{5}, size_t{8}, size_t{9}, size_t{64}, size_t{300}}) {
+    EXPECT_EQ(index.LeadingRun(0, Keys(1000, len)), len);
+  }
+  EXPECT_EQ(index.LeadingRun(0, Keys(1000, 400)), 300u);
+  for (size_t gap : {size_t{0}, size_t{3}, size_t{7}, size_t{8}, size_t{57}, size_t{299}}) {
+    index.SetVisible(ids[gap], false);
+    EXPECT_EQ(index.LeadingRun(0, Keys(1000, 300)), gap) << gap;
+    index.SetVisible(ids[gap], true);
+  }
+}
+
 TEST(PrefixIndexTest, ParentChildLinksAndOrphans) {
   PrefixIndex index;
   const EntryId root = index.Insert(0, K(1), kNoEntry);
