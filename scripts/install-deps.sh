@@ -13,6 +13,8 @@ packages=(
   libxxhash-dev       # XXH3-128 block keys, XXH3-64 checksums
   prometheus-cpp-dev  # metrics exposer
   libtomlplusplus-dev # configuration file (TOML)
+  libcli11-dev        # command-line flags of kvtierd and kvtier
+  redis-server        # the peer the control- and data-plane benchmarks compare against
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "common/units.h"
 #include "tiers/internal/slab_allocator.h"
 #include "tiers/tier.h"
 
@@ -34,21 +35,6 @@ Status SyscallError(const char* call, int err) {
     return ResourceExhaustedError(msg);
   }
   return IoError(msg);
-}
-
-// "1.00 GiB", "64.0 MiB", "512 KiB": three significant digits.
-std::string FormatBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  auto value = static_cast<double>(bytes);
-  size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
-    value /= 1024.0;
-    ++unit;
-  }
-  const int decimals = unit == 0 ? 0 : value < 10.0 ? 2 : value < 100.0 ? 1 : 0;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f %s", decimals, value, kUnits[unit]);
-  return buf;
 }
 
 // Owns the mapping and the fd; unmaps and closes on destruction.
