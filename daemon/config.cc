@@ -1,0 +1,271 @@
+#include "daemon/config.h"
+
+#include <toml++/toml.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <set>
+
+#include "eviction/eviction_policy.h"
+
+namespace kvtier::daemon {
+namespace {
+
+Status BadKey(const std::string& path, const std::string& key, const std::string& why) {
+  return InvalidArgumentError(path + ": " + key + ": " + why);
+}
+
+// Reads one key of a table if present, converting it with `convert`.
+template <typename Convert>
+Status ReadKey(const toml::table& table, const std::string& path, const std::string& section,
+               const char* key, Convert convert) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return Status::Ok();
+  return convert(*node).WithContext(path + ": [" + section + "] " + key);
+}
+
+auto Bytes(uint64_t* out) {
+  return [out](const toml::node& n) -> Status {
+    if (n.is_string()) {
+      KVTIER_ASSIGN_OR_RETURN(*out, ParseBytes(*n.value<std::string>()));
+      return Status::Ok();
+    }
+    if (n.is_integer() && *n.value<int64_t>() >= 0) {
+      *out = static_cast<uint64_t>(*n.value<int64_t>());
+      return Status::Ok();
+    }
+    return InvalidArgumentError("expected a byte count such as \"1GiB\" or 1073741824");
+  };
+}
+
+auto String(std::string* out) {
+  return [out](const toml::node& n) -> Status {
+    if (n.is_string()) {
+      *out = *n.value<std::string>();
+      return Status::Ok();
+    }
+    return InvalidArgumentError("expected a string");
+  };
+}
+
+auto Bool(bool* out) {
+  return [out](const toml::node& n) -> Status {
+    if (n.is_boolean()) {
+      *out = *n.value<bool>();
+      return Status::Ok();
+    }
+    return InvalidArgumentError("expected true or false");
+  };
+}
+
+auto Uint32(uint32_t* out) {
+  return [out](const toml::node& n) -> Status {
+    if (n.is_integer() && *n.value<int64_t>() >= 0 && *n.value<int64_t>() <= UINT32_MAX) {
+      *out = static_cast<uint32_t>(*n.value<int64_t>());
+      return Status::Ok();
+    }
+    return InvalidArgumentError("expected a non-negative integer");
+  };
+}
+
+Result<uint32_t> ParseMode(const std::string& text) {
+  char* end = nullptr;
+  const unsigned long mode = std::strtoul(text.c_str(), &end, 8);
+  if (text.empty() || *end != '\0' || mode > 0777) {
+    return InvalidArgumentError("'" + text + "' is not an octal file mode such as 0660");
+  }
+  return static_cast<uint32_t>(mode);
+}
+
+auto Mode(uint32_t* out) {
+  return [out](const toml::node& n) -> Status {
+    if (n.is_string()) {
+      KVTIER_ASSIGN_OR_RETURN(*out, ParseMode(*n.value<std::string>()));
+      return Status::Ok();
+    }
+    return InvalidArgumentError("expected an octal mode string such as \"0660\"");
+  };
+}
+
+Status CheckKnownKeys(const toml::table& table, const std::string& path, const std::string& section,
+                      const std::set<std::string>& known) {
+  for (const auto& [key, node] : table) {
+    if (!known.count(std::string(key.str()))) {
+      return BadKey(path, "[" + section + "] " + std::string(key.str()), "unknown key");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DaemonConfig::Validate() const {
+  if (socket_path.empty()) return InvalidArgumentError("socket path is empty");
+  if (socket_path.size() > 107) {
+    return InvalidArgumentError("socket path '" + socket_path + "' exceeds 107 bytes");
+  }
+  if (max_payload_bytes < 4 * kKiB || max_payload_bytes > (256u << 20)) {
+    return InvalidArgumentError("max_payload must be between 4 KiB and 256 MiB");
+  }
+  if (max_keys == 0 || max_keys > 65536) {
+    return InvalidArgumentError("max_keys must be between 1 and 65536");
+  }
+  if (copy_threads == 0 || copy_threads > 64) {
+    return InvalidArgumentError("copy_threads must be between 1 and 64");
+  }
+  if (!secret_hex.empty() &&
+      (secret_hex.size() < 32 || secret_hex.size() % 2 != 0 ||
+       secret_hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)) {
+    return InvalidArgumentError("secret must be at least 32 hex digits (16 bytes)");
+  }
+  if (host_capacity_bytes < kMiB) return InvalidArgumentError("host capacity must be >= 1 MiB");
+  if (host_slab_bytes < 4 * kKiB) return InvalidArgumentError("host slab must be >= 4 KiB");
+  if (device_mode != "off" && device_mode != "emulated") {
+    return InvalidArgumentError("device mode '" + device_mode +
+                                "' is not one of: off, emulated (no CUDA tier yet)");
+  }
+  if (device_mode != "off" && device_capacity_bytes < kMiB) {
+    return InvalidArgumentError("device capacity must be >= 1 MiB");
+  }
+  for (const std::string* p : {&host_policy, &device_policy}) {
+    bool known = false;
+    for (std::string_view n : eviction::PolicyNames()) known = known || n == *p;
+    if (!known) return InvalidArgumentError("unknown eviction policy '" + *p + "'");
+  }
+  return Status::Ok();
+}
+
+Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream msg;
+    msg << path << ":" << e.source().begin.line << ":" << e.source().begin.column << ": "
+        << e.description();
+    return InvalidArgumentError(msg.str());
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(path + ": " + e.what());
+  }
+  KVTIER_RETURN_IF_ERROR(CheckKnownKeys(root, path, "", {"server", "host", "device"}));
+  auto section = [&](const char* name) -> Result<const toml::table*> {
+    const toml::node* n = root.get(name);
+    if (n == nullptr) return static_cast<const toml::table*>(nullptr);
+    if (!n->is_table()) return BadKey(path, name, "expected a table");
+    return n->as_table();
+  };
+  KVTIER_ASSIGN_OR_RETURN(const toml::table* server, section("server"));
+  if (server != nullptr) {
+    const toml::table& t = *server;
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
+        t, path, "server",
+        {"socket", "socket_mode", "max_payload", "max_keys", "copy_threads", "secret"}));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket", String(&c.socket_path)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_mode", Mode(&c.socket_mode)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_payload", Bytes(&c.max_payload_bytes)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_keys", Uint32(&c.max_keys)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "copy_threads", Uint32(&c.copy_threads)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "secret", String(&c.secret_hex)));
+  }
+  KVTIER_ASSIGN_OR_RETURN(const toml::table* host, section("host"));
+  if (host != nullptr) {
+    const toml::table& t = *host;
+    KVTIER_RETURN_IF_ERROR(
+        CheckKnownKeys(t, path, "host", {"capacity", "slab", "policy", "reserve_memory"}));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "capacity", Bytes(&c.host_capacity_bytes)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "slab", Bytes(&c.host_slab_bytes)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "policy", String(&c.host_policy)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, "host", "reserve_memory", Bool(&c.host_reserve_memory)));
+  }
+  KVTIER_ASSIGN_OR_RETURN(const toml::table* device, section("device"));
+  if (device != nullptr) {
+    const toml::table& t = *device;
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(t, path, "device", {"mode", "capacity", "policy"}));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "mode", String(&c.device_mode)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "capacity", Bytes(&c.device_capacity_bytes)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "policy", String(&c.device_policy)));
+  }
+  return c;
+}
+
+ParsedArgs ParseArgs(int argc, char** argv) {
+  ParsedArgs out;
+  CLI::App app{
+      "kvtierd: keeps the attention KV cache of LLM inference in GPU, host and SSD tiers.\n"
+      "Settings come from the TOML file given with --config (deploy/kvtierd.toml documents\n"
+      "every key and default); flags override the file."};
+  std::string config_path;
+  app.add_option("--config", config_path, "TOML configuration file")->check(CLI::ExistingFile);
+  // Flags are read as text, so that byte counts take units ("64MiB") and an
+  // unset flag leaves the file's value alone.
+  std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
+      device_mode, device_capacity, device_policy;
+  uint32_t max_keys = 0, copy_threads = 0;
+  bool no_reserve = false;
+  app.add_option("--socket", socket, "Unix socket path [/run/kvtier/kvtierd.sock]");
+  app.add_option("--socket-mode", socket_mode, "socket file mode, octal [0660]");
+  app.add_option("--max-payload", max_payload, "largest frame payload [64MiB]");
+  app.add_option("--max-keys", max_keys, "most keys per request [65536]");
+  app.add_option("--copy-threads", copy_threads, "threads copying inline bytes [2]");
+  app.add_option("--secret", secret, "master secret, 32+ hex digits [random per start]");
+  app.add_option("--host-capacity", host_capacity, "host tier bytes [1GiB]");
+  app.add_option("--host-slab", host_slab, "host tier slab bytes [64MiB]");
+  app.add_option("--host-policy", host_policy, "host tier eviction policy [lru]");
+  app.add_flag("--no-reserve-memory", no_reserve, "do not commit the host arena's memory at start");
+  app.add_option("--device", device_mode, "device tier: off | emulated [off]");
+  app.add_option("--device-capacity", device_capacity, "device tier bytes [1GiB]");
+  app.add_option("--device-policy", device_policy, "device tier eviction policy [lru]");
+  app.set_version_flag("--version", "kvtierd 0.1.0");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    out.exit_now = true;
+    out.exit_code = app.exit(e);
+    return out;
+  }
+
+  auto fail = [&](const Status& s) {
+    std::cerr << "kvtierd: " << s.message() << "\n";
+    out.exit_now = true;
+    out.exit_code = 2;
+    return out;
+  };
+  if (!config_path.empty()) {
+    auto loaded = LoadConfigFile(config_path);
+    if (!loaded) return fail(loaded.status());
+    out.config = *loaded;
+  }
+  DaemonConfig& c = out.config;
+  auto bytes = [&](const std::string& text, const char* flag, uint64_t* dst) -> Status {
+    if (text.empty()) return Status::Ok();
+    auto v = ParseBytes(text);
+    if (!v) return v.status().WithContext(flag);
+    *dst = *v;
+    return Status::Ok();
+  };
+  if (!socket.empty()) c.socket_path = socket;
+  if (!socket_mode.empty()) {
+    auto m = ParseMode(socket_mode);
+    if (!m) return fail(m.status().WithContext("--socket-mode"));
+    c.socket_mode = *m;
+  }
+  for (const Status& s : {bytes(max_payload, "--max-payload", &c.max_payload_bytes),
+                          bytes(host_capacity, "--host-capacity", &c.host_capacity_bytes),
+                          bytes(host_slab, "--host-slab", &c.host_slab_bytes),
+                          bytes(device_capacity, "--device-capacity", &c.device_capacity_bytes)}) {
+    if (!s.ok()) return fail(s);
+  }
+  if (max_keys != 0) c.max_keys = max_keys;
+  if (copy_threads != 0) c.copy_threads = copy_threads;
+  if (!secret.empty()) c.secret_hex = secret;
+  if (!host_policy.empty()) c.host_policy = host_policy;
+  if (no_reserve) c.host_reserve_memory = false;
+  if (!device_mode.empty()) c.device_mode = device_mode;
+  if (!device_policy.empty()) c.device_policy = device_policy;
+  if (Status s = c.Validate(); !s.ok()) return fail(s);
+  return out;
+}
+
+}  // namespace kvtier::daemon

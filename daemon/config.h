@@ -1,0 +1,62 @@
+// DaemonConfig: every setting of kvtierd, with its default. Read from one
+// TOML file (deploy/kvtierd.toml documents every key), then overridden by
+// command-line flags; validated once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "common/units.h"
+
+namespace kvtier::daemon {
+
+struct DaemonConfig {
+  // [server]
+  // The Unix socket workers attach to. Its directory is created if missing.
+  std::string socket_path = "/run/kvtier/kvtierd.sock";
+  // Permission bits of the socket file: who may attach. 0660 = owner and group.
+  uint32_t socket_mode = 0660;
+  // Largest frame payload accepted or sent. Bounds the memory one request
+  // can make the daemon hold; inline PUT/GET move at most this much at once.
+  uint64_t max_payload_bytes = 64 * kMiB;
+  // Most keys in one request (a 1M-token prompt at 16 tokens/block is 65,536).
+  uint32_t max_keys = 65536;
+  // Threads that copy inline PUT/GET bytes off the engine's thread.
+  uint32_t copy_threads = 2;
+  // 32+ bytes, hex: the master secret namespace secrets derive from. Empty:
+  // a random one per start (keys then change across restarts, which is
+  // harmless while nothing is kept across restarts).
+  std::string secret_hex;
+
+  // [host]
+  uint64_t host_capacity_bytes = 1 * kGiB;
+  uint64_t host_slab_bytes = 64 * kMiB;
+  std::string host_policy = "lru";
+  bool host_reserve_memory = true;
+
+  // [device]
+  // "off", or "emulated": a device tier in host memory behind the device
+  // interface (tests, machines without a GPU).
+  std::string device_mode = "off";
+  uint64_t device_capacity_bytes = 1 * kGiB;
+  std::string device_policy = "lru";
+
+  Status Validate() const;
+};
+
+// Reads a TOML file over the defaults. InvalidArgument names the key and the
+// file for an unknown key, a wrong type or a bad value.
+Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig base = {});
+
+// Parses argv: `--config FILE` first, then every other flag over it.
+// Returns nullopt-like via `exit_code` when --help or an error was printed.
+struct ParsedArgs {
+  DaemonConfig config;
+  bool exit_now = false;  // --help or --version printed, or an error
+  int exit_code = 0;
+};
+ParsedArgs ParseArgs(int argc, char** argv);
+
+}  // namespace kvtier::daemon

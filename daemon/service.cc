@@ -1,0 +1,373 @@
+#include "daemon/service.h"
+
+#include <sys/random.h>
+
+#include <cstring>
+
+#include "daemon/log.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace kvtier::daemon {
+namespace {
+
+using protocol::FrameHeader;
+using protocol::Opcode;
+using protocol::WireTier;
+using protocol::WireWriteState;
+using tiers::TierKind;
+
+// Copies at or above this size go to the copy pool; below it, the hop to
+// another thread costs more than the copy.
+constexpr uint64_t kOffloadBytes = 1 * kMiB;
+
+TierKind ToTier(WireTier t) {
+  switch (t) {
+    case WireTier::kDevice:
+      return TierKind::kDevice;
+    case WireTier::kHost:
+      return TierKind::kHost;
+    case WireTier::kSsd:
+      return TierKind::kSsd;
+  }
+  return TierKind::kSsd;
+}
+
+WireTier ToWire(TierKind t) {
+  switch (t) {
+    case TierKind::kDevice:
+      return WireTier::kDevice;
+    case TierKind::kHost:
+      return WireTier::kHost;
+    case TierKind::kSsd:
+      return WireTier::kSsd;
+  }
+  return WireTier::kSsd;
+}
+
+WireWriteState ToWire(tiers::WriteState s) {
+  switch (s) {
+    case tiers::WriteState::kAllocated:
+      return WireWriteState::kAllocated;
+    case tiers::WriteState::kExists:
+      return WireWriteState::kExists;
+    case tiers::WriteState::kSkipped:
+      return WireWriteState::kSkipped;
+  }
+  return WireWriteState::kSkipped;
+}
+
+std::vector<std::byte> MasterSecret(const std::string& hex) {
+  std::vector<std::byte> secret;
+  if (!hex.empty()) {
+    for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+      secret.push_back(static_cast<std::byte>(std::stoul(hex.substr(i, 2), nullptr, 16)));
+    }
+    return secret;
+  }
+  secret.resize(32);
+  size_t got = 0;
+  while (got < secret.size()) {
+    const ssize_t n = getrandom(secret.data() + got, secret.size() - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  return secret;
+}
+
+}  // namespace
+
+Service::Service(tiers::CacheEngine& engine, const DaemonConfig& config,
+                 asio::thread_pool& copy_pool)
+    : engine_(engine),
+      config_(config),
+      copy_pool_(copy_pool),
+      master_secret_(MasterSecret(config.secret_hex)) {}
+
+uint64_t Service::OpenSession() {
+  ++sessions_;
+  return next_session_id_++;
+}
+
+void Service::CloseSession(SessionState& session) {
+  // RAII: destroying the handles aborts the writes and releases the leases.
+  session.allocations.clear();
+  session.leases.clear();
+  if (session.id != 0) --sessions_;
+  session.id = 0;
+}
+
+std::array<std::byte, protocol::kNamespaceSecretBytes> Service::NamespaceSecret(
+    const std::string& model, const std::string& salt) const {
+  // secret = XXH3-128(master || model || 0 || salt), seeded 0 and 1: stable
+  // for a namespace while the master secret is, unrelated across namespaces.
+  std::vector<std::byte> input(master_secret_);
+  for (char c : model) input.push_back(static_cast<std::byte>(c));
+  input.push_back(std::byte{0});
+  for (char c : salt) input.push_back(static_cast<std::byte>(c));
+  std::array<std::byte, protocol::kNamespaceSecretBytes> out;
+  for (uint64_t half = 0; half < 2; ++half) {
+    const XXH128_hash_t h = XXH3_128bits_withSeed(input.data(), input.size(), half);
+    std::memcpy(out.data() + 16 * half, &h.low64, 8);
+    std::memcpy(out.data() + 16 * half + 8, &h.high64, 8);
+  }
+  return out;
+}
+
+template <typename F>
+asio::awaitable<void> Service::Copy(uint64_t bytes, F copy) {
+  if (bytes < kOffloadBytes) {
+    copy();
+    co_return;
+  }
+  co_await asio::co_spawn(
+      copy_pool_,
+      [&copy]() -> asio::awaitable<void> {
+        copy();
+        co_return;
+      },
+      asio::use_awaitable);
+}
+
+void Service::Malformed(const FrameHeader& header, const Status& error, Reply* reply) {
+  ++protocol_errors_;
+  protocol::EncodeError(header.opcode, header.request_id, error, &reply->frame);
+  reply->close = true;
+}
+
+asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
+                                      protocol::Request& request, Reply* reply) {
+  ++requests_;
+  Status status;
+  if (h.opcode != Opcode::kHello && !s.attached) {
+    status = FailedPreconditionError("HELLO must be the first request of a connection");
+    reply->close = true;
+  } else if (h.opcode == Opcode::kPut) {
+    status = co_await Put(s, h, std::get<protocol::PutRequest>(request), reply);
+  } else if (h.opcode == Opcode::kGet) {
+    status = co_await Get(s, h, std::get<protocol::KeysRequest>(request), reply);
+  } else {
+    status = Dispatch(s, h, request, reply);
+  }
+  if (!status.ok()) {
+    ++request_errors_;
+    reply->frame.clear();
+    reply->fds.clear();
+    protocol::EncodeError(h.opcode, h.request_id, status, &reply->frame);
+  }
+}
+
+Status Service::Hello(SessionState& s, const FrameHeader& h, const protocol::HelloRequest& r,
+                      Reply* reply) {
+  if (s.attached) {
+    reply->close = true;
+    return FailedPreconditionError("this connection is attached already; HELLO comes once");
+  }
+  const uint16_t version = std::min(r.max_version, protocol::kMaxVersion);
+  if (version < std::max(r.min_version, protocol::kMinVersion)) {
+    reply->close = true;
+    return FailedPreconditionError(Str("no common protocol version: client speaks ", r.min_version,
+                                       "-", r.max_version, ", kvtierd ", protocol::kMinVersion, "-",
+                                       protocol::kMaxVersion));
+  }
+  KVTIER_ASSIGN_OR_RETURN(const prefix_index::NamespaceId ns,
+                          engine_.AddNamespace({r.model, r.salt, r.layout}));
+  s.attached = true;
+  s.ns = ns;
+  s.block_bytes = r.layout.BlockBytes();
+
+  protocol::HelloReply out;
+  out.version = version;
+  out.session_id = s.id;
+  out.namespace_id = ns;
+  out.block_bytes = s.block_bytes;
+  tiers::Tier& host = *engine_.tier(TierKind::kHost);
+  out.slot_bytes = host.SlotBytes(s.block_bytes);
+  out.host_arena_bytes = host.arena_bytes();
+  reply->fds.push_back(host.arena_fd());
+  if (tiers::Tier* device = engine_.tier(TierKind::kDevice)) {
+    out.device = device->emulated() ? protocol::DeviceKind::kEmulated : protocol::DeviceKind::kCuda;
+    out.device_arena_bytes = device->arena_bytes();
+    if (device->arena_fd() >= 0) reply->fds.push_back(device->arena_fd());
+  }
+  out.max_keys = config_.max_keys;
+  out.max_payload_bytes = static_cast<uint32_t>(config_.max_payload_bytes);
+  out.namespace_secret = NamespaceSecret(r.model, r.salt);
+  protocol::EncodeHelloReply(h.request_id, out, /*fds=*/true, &reply->frame);
+  Log(LogLevel::kInfo,
+      Str("session ", s.id, " attached: client '", r.client_name, "', model '", r.model, "'",
+          r.salt.empty() ? "" : " (salted)", ", ", r.layout.ToString()));
+  return Status::Ok();
+}
+
+Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Request& request,
+                         Reply* reply) {
+  std::vector<std::byte>* out = &reply->frame;
+  switch (h.opcode) {
+    case Opcode::kHello:
+      return Hello(s, h, std::get<protocol::HelloRequest>(request), reply);
+    case Opcode::kLookup: {
+      const auto& r = std::get<protocol::KeysRequest>(request);
+      KVTIER_ASSIGN_OR_RETURN(const tiers::LookupResult found, engine_.Lookup(s.ns, r.keys));
+      protocol::LookupReply rep;
+      for (TierKind t : found.tiers) rep.tiers.push_back(ToWire(t));
+      protocol::EncodeLookupReply(h.request_id, rep, out);
+      return Status::Ok();
+    }
+    case Opcode::kAllocate: {
+      const auto& r = std::get<protocol::AllocateRequest>(request);
+      KVTIER_ASSIGN_OR_RETURN(tiers::Allocation a,
+                              engine_.Allocate(s.ns, r.parent, r.keys, ToTier(r.tier)));
+      protocol::AllocateReply rep;
+      rep.allocation_id = a.id();
+      rep.tier = r.tier;
+      for (size_t i = 0; i < a.size(); ++i) {
+        rep.states.push_back(ToWire(a.state(i)));
+        rep.offsets.push_back(a.state(i) == tiers::WriteState::kAllocated ? a.location(i).offset
+                                                                          : 0);
+      }
+      s.allocations.emplace(a.id(), std::move(a));
+      protocol::EncodeAllocateReply(h.request_id, rep, out);
+      return Status::Ok();
+    }
+    case Opcode::kCommit:
+    case Opcode::kAbort: {
+      const uint64_t id = std::get<protocol::HandleRequest>(request).id;
+      auto it = s.allocations.find(id);
+      if (it == s.allocations.end()) {
+        return NotFoundError(Str("allocation ", id, " is not open in this session"));
+      }
+      tiers::Allocation a = std::move(it->second);
+      s.allocations.erase(it);
+      if (h.opcode == Opcode::kCommit) {
+        KVTIER_RETURN_IF_ERROR(a.Commit());
+      } else {
+        a.Abort();
+      }
+      protocol::EncodeCountReply(h.opcode, h.request_id, {}, out);
+      return Status::Ok();
+    }
+    case Opcode::kAcquire: {
+      const auto& r = std::get<protocol::AcquireRequest>(request);
+      KVTIER_ASSIGN_OR_RETURN(tiers::Lease lease, engine_.Acquire(s.ns, r.keys, ToTier(r.tier)));
+      protocol::AcquireReply rep;
+      rep.lease_id = lease.id();
+      rep.tier = r.tier;
+      for (size_t i = 0; i < lease.size(); ++i) rep.offsets.push_back(lease.location(i).offset);
+      s.leases.emplace(lease.id(), std::move(lease));
+      protocol::EncodeAcquireReply(h.request_id, rep, out);
+      return Status::Ok();
+    }
+    case Opcode::kRelease: {
+      const uint64_t id = std::get<protocol::HandleRequest>(request).id;
+      if (s.leases.erase(id) == 0) {
+        return NotFoundError(Str("lease ", id, " is not held by this session"));
+      }
+      protocol::EncodeCountReply(h.opcode, h.request_id, {}, out);
+      return Status::Ok();
+    }
+    case Opcode::kRemove: {
+      const auto& r = std::get<protocol::KeysRequest>(request);
+      KVTIER_ASSIGN_OR_RETURN(const size_t removed, engine_.Remove(s.ns, r.keys));
+      protocol::EncodeCountReply(h.opcode, h.request_id, {removed}, out);
+      return Status::Ok();
+    }
+    case Opcode::kStats:
+      StatsReply(h, reply);
+      return Status::Ok();
+    case Opcode::kPut:
+    case Opcode::kGet:
+      break;
+  }
+  return InternalError("unhandled opcode");
+}
+
+asio::awaitable<Status> Service::Put(SessionState& s, const FrameHeader& h,
+                                     const protocol::PutRequest& r, Reply* reply) {
+  if (!r.keys.empty() && r.data.size() != r.keys.size() * s.block_bytes) {
+    co_return InvalidArgumentError(Str("PUT carries ", r.data.size(), " bytes for ", r.keys.size(),
+                                       " blocks of ", s.block_bytes, " bytes"));
+  }
+  auto allocated = engine_.Allocate(s.ns, r.parent, r.keys, TierKind::kHost);
+  if (!allocated) co_return allocated.status();
+  tiers::Allocation a = std::move(allocated).value();
+  // The slots are pinned and invisible until Commit, so filling them off the
+  // engine's thread races with nothing.
+  co_await Copy(a.allocated() * s.block_bytes, [&] {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a.state(i) != tiers::WriteState::kAllocated) continue;
+      std::memcpy(a.Bytes(i).data(), r.data.data() + i * s.block_bytes, s.block_bytes);
+    }
+  });
+  protocol::PutReply rep;
+  for (size_t i = 0; i < a.size(); ++i) rep.states.push_back(ToWire(a.state(i)));
+  if (Status committed = a.Commit(); !committed.ok()) co_return committed;
+  protocol::EncodePutReply(h.request_id, rep, &reply->frame);
+  co_return Status::Ok();
+}
+
+asio::awaitable<Status> Service::Get(SessionState& s, const FrameHeader& h,
+                                     const protocol::KeysRequest& r, Reply* reply) {
+  // As many keys as fit one reply frame.
+  const uint64_t fit = (config_.max_payload_bytes - 4) / s.block_bytes;
+  const auto keys = std::span(r.keys).first(std::min<size_t>(r.keys.size(), fit));
+  auto acquired = engine_.Acquire(s.ns, keys, TierKind::kHost);
+  if (!acquired) co_return acquired.status();
+  tiers::Lease lease = std::move(acquired).value();
+  const auto hits = static_cast<uint32_t>(lease.size());
+  std::span<std::byte> data =
+      protocol::EncodeGetReplyPrefix(h.request_id, hits, s.block_bytes, &reply->frame);
+  // The blocks stay pinned by the lease while a pool thread copies them out.
+  co_await Copy(data.size(), [&] {
+    for (size_t i = 0; i < hits; ++i) {
+      std::memcpy(data.data() + i * s.block_bytes, lease.Bytes(i).data(), s.block_bytes);
+    }
+  });
+  co_return Status::Ok();
+}
+
+void Service::StatsReply(const FrameHeader& h, Reply* reply) {
+  const tiers::EngineStats st = engine_.Stats();
+  protocol::StatsReply rep;
+  auto add = [&](std::string name, auto value) {
+    rep.entries.emplace_back(std::move(name), Str(value));
+  };
+  add("sessions", sessions_);
+  add("requests", requests_);
+  add("request_errors", request_errors_);
+  add("protocol_errors", protocol_errors_);
+  add("namespaces", st.namespaces);
+  add("index_entries", st.index_entries);
+  add("index_bytes", st.index_bytes);
+  add("pending_blocks", st.pending_blocks);
+  add("open_allocations", st.open_allocations);
+  add("open_leases", st.open_leases);
+  add("lookups", st.lookups);
+  add("lookup_keys", st.lookup_keys);
+  add("lookup_hits", st.lookup_hits);
+  add("acquired_blocks", st.acquired_blocks);
+  add("committed_blocks", st.committed_blocks);
+  add("aborted_blocks", st.aborted_blocks);
+  add("dropped_blocks", st.dropped_blocks);
+  add("orphan_drops", st.orphan_drops);
+  add("removed_blocks", st.removed_blocks);
+  for (const tiers::TierStats& t : st.tiers) {
+    const std::string p = "tier." + std::string(tiers::TierKindName(t.kind)) + ".";
+    add(p + "present", t.present ? 1 : 0);
+    if (!t.present) continue;
+    add(p + "emulated", t.emulated ? 1 : 0);
+    add(p + "description", t.description);
+    add(p + "capacity_bytes", t.capacity_bytes);
+    add(p + "used_bytes", t.used_bytes);
+    add(p + "blocks", t.blocks);
+    add(p + "pinned_blocks", t.pinned_blocks);
+    add(p + "hits", t.hits);
+    add(p + "evictions", t.evictions);
+    add(p + "demotions_in", t.demotions_in);
+    add(p + "promotions_in", t.promotions_in);
+    add(p + "bytes_in", t.bytes_in);
+  }
+  protocol::EncodeStatsReply(h.request_id, rep, &reply->frame);
+}
+
+}  // namespace kvtier::daemon

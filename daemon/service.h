@@ -1,0 +1,85 @@
+// Service: turns decoded requests into engine calls and encoded replies.
+// It is the only place where protocol/ meets tiers/ (DESIGN.md §2: daemon/
+// only wires).
+//
+// Thread-safety: every call runs on the engine's thread (the io thread);
+// Handle() may suspend while a pool thread copies inline bytes, during which
+// the blocks involved stay pinned.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/asio.h"
+#include "daemon/config.h"
+#include "protocol/wire.h"
+#include "tiers/cache_engine.h"
+
+namespace kvtier::daemon {
+
+// What one connection holds. Destroying it (on the engine's thread) aborts
+// its open writes and releases its leases.
+struct SessionState {
+  uint64_t id = 0;
+  bool attached = false;
+  prefix_index::NamespaceId ns = 0;
+  uint64_t block_bytes = 0;
+  std::unordered_map<uint64_t, tiers::Allocation> allocations;
+  std::unordered_map<uint64_t, tiers::Lease> leases;
+};
+
+// A reply frame, the fds to pass with it, and whether to close afterwards.
+struct Reply {
+  std::vector<std::byte> frame;
+  std::vector<int> fds;
+  bool close = false;
+};
+
+class Service {
+ public:
+  // `engine` and `copy_pool` must outlive the Service.
+  Service(tiers::CacheEngine& engine, const DaemonConfig& config, asio::thread_pool& copy_pool);
+
+  uint64_t OpenSession();
+  // Ends the session: aborts its writes, releases its leases.
+  void CloseSession(SessionState& session);
+
+  // Handles one well-formed request.
+  asio::awaitable<void> Handle(SessionState& session, const protocol::FrameHeader& header,
+                               protocol::Request& request, Reply* reply);
+
+  // A reply for a frame that could not be decoded: the connection closes.
+  void Malformed(const protocol::FrameHeader& header, const Status& error, Reply* reply);
+
+  uint64_t sessions() const { return sessions_; }
+
+ private:
+  Status Hello(SessionState& s, const protocol::FrameHeader& h, const protocol::HelloRequest& r,
+               Reply* reply);
+  asio::awaitable<Status> Put(SessionState& s, const protocol::FrameHeader& h,
+                              const protocol::PutRequest& r, Reply* reply);
+  asio::awaitable<Status> Get(SessionState& s, const protocol::FrameHeader& h,
+                              const protocol::KeysRequest& r, Reply* reply);
+  Status Dispatch(SessionState& s, const protocol::FrameHeader& h, protocol::Request& r,
+                  Reply* reply);
+  void StatsReply(const protocol::FrameHeader& h, Reply* reply);
+  std::array<std::byte, protocol::kNamespaceSecretBytes> NamespaceSecret(
+      const std::string& model, const std::string& salt) const;
+  // Runs `copy` on the copy pool when it moves many bytes, inline otherwise.
+  template <typename F>
+  asio::awaitable<void> Copy(uint64_t bytes, F copy);
+
+  tiers::CacheEngine& engine_;
+  const DaemonConfig& config_;
+  asio::thread_pool& copy_pool_;
+  std::vector<std::byte> master_secret_;
+  uint64_t next_session_id_ = 1;
+  uint64_t sessions_ = 0;
+  uint64_t requests_ = 0;
+  uint64_t request_errors_ = 0;
+  uint64_t protocol_errors_ = 0;
+};
+
+}  // namespace kvtier::daemon

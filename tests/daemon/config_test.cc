@@ -1,0 +1,118 @@
+#include "daemon/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+namespace kvtier::daemon {
+namespace {
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kvtier-config-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    path_ = dir_ + "/kvtierd.toml";
+  }
+  void TearDown() override {
+    ::unlink(path_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  Result<DaemonConfig> Load(const std::string& text) {
+    std::ofstream(path_) << text;
+    return LoadConfigFile(path_);
+  }
+  std::string dir_, path_;
+};
+
+TEST_F(ConfigTest, DefaultsAreValid) {
+  DaemonConfig c;
+  EXPECT_TRUE(c.Validate().ok());
+  EXPECT_EQ(c.socket_path, "/run/kvtier/kvtierd.sock");
+  EXPECT_EQ(c.socket_mode, 0660u);
+  EXPECT_EQ(c.device_mode, "off");
+}
+
+TEST_F(ConfigTest, EmptyFileKeepsTheDefaults) {
+  auto c = Load("");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->host_capacity_bytes, DaemonConfig{}.host_capacity_bytes);
+}
+
+TEST_F(ConfigTest, EveryKeyIsRead) {
+  auto c = Load(R"(
+[server]
+socket = "/tmp/x.sock"
+socket_mode = "0600"
+max_payload = "8MiB"
+max_keys = 1024
+copy_threads = 3
+secret = "00112233445566778899aabbccddeeff"
+[host]
+capacity = "2GiB"
+slab = "16MiB"
+policy = "lru"
+reserve_memory = false
+[device]
+mode = "emulated"
+capacity = 536870912
+policy = "lru"
+)");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->socket_path, "/tmp/x.sock");
+  EXPECT_EQ(c->socket_mode, 0600u);
+  EXPECT_EQ(c->max_payload_bytes, 8 * kMiB);
+  EXPECT_EQ(c->max_keys, 1024u);
+  EXPECT_EQ(c->copy_threads, 3u);
+  EXPECT_EQ(c->host_capacity_bytes, 2 * kGiB);
+  EXPECT_EQ(c->host_slab_bytes, 16 * kMiB);
+  EXPECT_FALSE(c->host_reserve_memory);
+  EXPECT_EQ(c->device_mode, "emulated");
+  EXPECT_EQ(c->device_capacity_bytes, 512 * kMiB);
+  EXPECT_TRUE(c->Validate().ok());
+}
+
+TEST_F(ConfigTest, ErrorsNameTheKeyAndTheFile) {
+  auto c = Load("[host]\ncapacity = true\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("capacity"), std::string_view::npos);
+  EXPECT_NE(c.status().message().find(path_), std::string_view::npos);
+  EXPECT_FALSE(Load("[hots]\n").ok());
+  EXPECT_FALSE(Load("[server]\nsocket_mode = \"0999\"\n").ok());
+  EXPECT_FALSE(Load("not toml at all ===").ok());
+}
+
+TEST_F(ConfigTest, ValidateRejectsBadValues) {
+  DaemonConfig c;
+  c.device_mode = "cuda";
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.host_policy = "fifo";
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.secret_hex = "abc";
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.max_keys = 0;
+  EXPECT_FALSE(c.Validate().ok());
+}
+
+TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
+  auto c = LoadConfigFile(KVTIER_SOURCE_DIR "/deploy/kvtierd.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const DaemonConfig d;
+  EXPECT_EQ(c->socket_path, d.socket_path);
+  EXPECT_EQ(c->socket_mode, d.socket_mode);
+  EXPECT_EQ(c->max_payload_bytes, d.max_payload_bytes);
+  EXPECT_EQ(c->max_keys, d.max_keys);
+  EXPECT_EQ(c->copy_threads, d.copy_threads);
+  EXPECT_EQ(c->host_capacity_bytes, d.host_capacity_bytes);
+  EXPECT_EQ(c->host_slab_bytes, d.host_slab_bytes);
+  EXPECT_EQ(c->host_reserve_memory, d.host_reserve_memory);
+  EXPECT_EQ(c->device_mode, d.device_mode);
+  EXPECT_EQ(c->device_capacity_bytes, d.device_capacity_bytes);
+}
+
+}  // namespace
+}  // namespace kvtier::daemon

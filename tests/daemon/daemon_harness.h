@@ -1,0 +1,75 @@
+// Test harness: starts the real kvtierd on a temporary socket, and a raw
+// connection that speaks frames directly (for malformed input).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "protocol/wire.h"
+
+namespace kvtier::testing {
+
+class Daemon {
+ public:
+  // Starts kvtierd with `args` added to a small test configuration (64 MiB
+  // host tier, memory not reserved) on `socket` (a fresh one if empty). Null
+  // on failure (the reason is printed).
+  static std::unique_ptr<Daemon> Start(std::vector<std::string> args = {},
+                                       const std::string& socket = "");
+  ~Daemon();
+
+  const std::string& socket() const { return socket_; }
+  const std::string& dir() const { return dir_; }
+  pid_t pid() const { return pid_; }
+  bool Alive();
+  // Sends `sig` and waits for the exit; returns the wait status.
+  int Stop(int sig = 15);
+  // Everything the daemon wrote to stderr so far.
+  std::string Log() const;
+
+ private:
+  std::string dir_;
+  std::string socket_;
+  pid_t pid_ = -1;
+};
+
+// Starts kvtierd with exactly `args` (no test defaults); returns its exit
+// status, waiting at most `timeout`. For start-up failures.
+int RunDaemonToExit(const std::vector<std::string>& args, std::string* stderr_text,
+                    std::chrono::seconds timeout = std::chrono::seconds(20));
+
+// A connection that sends raw bytes and reads raw replies.
+class RawConnection {
+ public:
+  static std::unique_ptr<RawConnection> Open(const std::string& socket);
+  ~RawConnection();
+
+  bool Send(std::span<const std::byte> bytes);
+  // The next reply frame, or nullopt when the daemon closed the connection
+  // (or nothing came within the timeout: then `timed_out` is set). Received
+  // fds are closed.
+  struct Frame {
+    protocol::FrameHeader header;
+    std::vector<std::byte> payload;
+  };
+  std::optional<Frame> Read(std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                            bool* timed_out = nullptr);
+  // True when the daemon has closed its end (a read sees EOF).
+  bool ClosedByPeer(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  int fd() const { return fd_; }
+
+ private:
+  explicit RawConnection(int fd) : fd_(fd) {}
+  bool ReadExact(std::byte* out, size_t n, std::chrono::milliseconds timeout, bool* timed_out);
+  int fd_;
+};
+
+// A HELLO for `model` with a small layout (4 KiB blocks).
+protocol::HelloRequest TestHello(const std::string& model, const std::string& salt = "");
+
+}  // namespace kvtier::testing

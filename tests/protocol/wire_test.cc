@@ -1,0 +1,806 @@
+#include "protocol/wire.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace kvtier::protocol {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+Bytes B(std::initializer_list<int> v) {
+  Bytes out;
+  for (int x : v) out.push_back(static_cast<std::byte>(x));
+  return out;
+}
+
+Layout TestLayout() {
+  Layout l;
+  l.layers = 2;
+  l.kv_heads = 4;
+  l.head_dim = 8;
+  l.dtype = DType::kBFloat16;
+  l.block_tokens = 16;
+  return l;
+}
+
+BlockKey Key(uint64_t i) { return BlockKey{.hi = 0xA000000000000000ULL | i, .lo = i * 7 + 1}; }
+
+std::vector<BlockKey> Keys(size_t n) {
+  std::vector<BlockKey> keys;
+  for (size_t i = 0; i < n; ++i) keys.push_back(Key(i));
+  return keys;
+}
+
+// A whole frame split into its decoded header and its payload.
+struct Frame {
+  FrameHeader h;
+  std::span<const std::byte> payload;
+};
+
+Frame Split(const Bytes& frame) {
+  auto h = DecodeHeader(frame, kMaxPayloadBytes);
+  EXPECT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(frame.size(), kHeaderBytes + h->payload_bytes);
+  return {*h, std::span<const std::byte>(frame).subspan(kHeaderBytes)};
+}
+
+template <typename T>
+T DecodeAs(const Bytes& frame, uint32_t max_keys = kMaxKeys) {
+  Frame f = Split(frame);
+  auto r = DecodeRequest(f.h, f.payload, max_keys);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(std::holds_alternative<T>(*r));
+  return std::get<T>(*r);
+}
+
+Status DecodeStatus(const Bytes& frame, uint32_t max_keys = kMaxKeys) {
+  Frame f = Split(frame);
+  return DecodeRequest(f.h, f.payload, max_keys).status();
+}
+
+HelloRequest TestHello() {
+  HelloRequest r;
+  r.min_version = 1;
+  r.max_version = 1;
+  r.model = "llama-3-8b";
+  r.salt = "tenant-a";
+  r.layout = TestLayout();
+  r.client_name = "worker-0";
+  return r;
+}
+
+// One valid frame of every request kind, for the truncation and fuzz tests.
+std::vector<Bytes> AllRequests() {
+  std::vector<Bytes> frames(13);
+  EncodeHello(1, TestHello(), &frames[0]);
+  EncodeKeys(Opcode::kLookup, 2, Keys(3), &frames[1]);
+  EncodeKeys(Opcode::kGet, 3, Keys(2), &frames[2]);
+  EncodeKeys(Opcode::kRemove, 4, Keys(1), &frames[3]);
+  EncodeAllocate(5, {.tier = WireTier::kDevice, .parent = Key(99), .keys = Keys(3)}, &frames[4]);
+  EncodeAllocate(6, {.tier = WireTier::kHost, .parent = std::nullopt, .keys = Keys(2)}, &frames[5]);
+  EncodeHandle(Opcode::kCommit, 7, 42, &frames[6]);
+  EncodeHandle(Opcode::kAbort, 8, 43, &frames[7]);
+  EncodeHandle(Opcode::kRelease, 9, 44, &frames[8]);
+  EncodeAcquire(10, {.tier = WireTier::kHost, .keys = Keys(4)}, &frames[9]);
+  const Bytes data(3 * 10, std::byte{0x5a});
+  EncodePut(11, Key(98), Keys(3), data, &frames[10]);
+  EncodePut(12, std::nullopt, {}, {}, &frames[11]);
+  EncodeStats(13, &frames[12]);
+  return frames;
+}
+
+// ---- header ------------------------------------------------------------
+
+TEST(WireHeader, KnownBytes) {
+  FrameHeader h;
+  h.version = 1;
+  h.opcode = Opcode::kAcquire;
+  h.request_id = 0x0102030405060708ULL;
+  h.payload_bytes = 0x20;
+  h.status = 3;
+  h.flags = kFlagReply | kFlagFds;
+  Bytes out(kHeaderBytes);
+  EncodeHeader(h, out);
+  const Bytes want = B({0x4b, 0x56, 0x54, 0x31, 0x01, 0x00, 0x06, 0x00,  //
+                        0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  //
+                        0x20, 0x00, 0x00, 0x00, 0x03, 0x00, 0x03, 0x00});
+  EXPECT_EQ(out, want);
+  auto d = DecodeHeader(want, kMaxPayloadBytes);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->version, 1);
+  EXPECT_EQ(d->opcode, Opcode::kAcquire);
+  EXPECT_EQ(d->request_id, 0x0102030405060708ULL);
+  EXPECT_EQ(d->payload_bytes, 0x20u);
+  EXPECT_EQ(d->status, 3);
+  EXPECT_EQ(d->flags, kFlagReply | kFlagFds);
+}
+
+TEST(WireHeader, LookupRequestKnownBytes) {
+  Bytes out;
+  const BlockKey key{.hi = 0xA0A1A2A3A4A5A6A7ULL, .lo = 0x0001020304050607ULL};
+  EncodeKeys(Opcode::kLookup, 7, std::span(&key, 1), &out);
+  const Bytes want = B({0x4b, 0x56, 0x54, 0x31, 0x01, 0x00, 0x02, 0x00,    // magic, version, op
+                        0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // request id
+                        0x14, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,    // payload, status, flags
+                        0x01, 0x00, 0x00, 0x00,                            // 1 key
+                        0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x00,    // lo
+                        0xa7, 0xa6, 0xa5, 0xa4, 0xa3, 0xa2, 0xa1, 0xa0});  // hi
+  EXPECT_EQ(out, want);
+  auto req = DecodeAs<KeysRequest>(want);
+  ASSERT_EQ(req.keys.size(), 1u);
+  EXPECT_EQ(req.keys[0], key);
+}
+
+Bytes ValidHeader() {
+  Bytes out(kHeaderBytes);
+  FrameHeader h;
+  h.opcode = Opcode::kStats;
+  EncodeHeader(h, out);
+  return out;
+}
+
+TEST(WireHeader, RejectsBadMagic) {
+  Bytes b = ValidHeader();
+  b[0] = std::byte{'X'};
+  auto h = DecodeHeader(b, kMaxPayloadBytes);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(h.status().message().find("bad magic"), std::string_view::npos);
+}
+
+TEST(WireHeader, RejectsVersionZeroAndAboveMax) {
+  for (uint16_t v : {uint16_t{0}, static_cast<uint16_t>(kMaxVersion + 1)}) {
+    Bytes b = ValidHeader();
+    b[4] = static_cast<std::byte>(v & 0xff);
+    b[5] = static_cast<std::byte>(v >> 8);
+    auto h = DecodeHeader(b, kMaxPayloadBytes);
+    ASSERT_FALSE(h.ok()) << v;
+    EXPECT_NE(h.status().message().find("unsupported protocol version " + std::to_string(v)),
+              std::string_view::npos)
+        << h.status().ToString();
+  }
+}
+
+TEST(WireHeader, RejectsUnknownOpcode) {
+  for (int op : {0, 12, 0xffff}) {
+    Bytes b = ValidHeader();
+    b[6] = static_cast<std::byte>(op & 0xff);
+    b[7] = static_cast<std::byte>(op >> 8);
+    auto h = DecodeHeader(b, kMaxPayloadBytes);
+    ASSERT_FALSE(h.ok()) << op;
+    EXPECT_EQ(h.status().message(), "unknown opcode " + std::to_string(op));
+  }
+  EXPECT_FALSE(IsKnownOpcode(0));
+  EXPECT_TRUE(IsKnownOpcode(11));
+  EXPECT_FALSE(IsKnownOpcode(12));
+  EXPECT_EQ(OpcodeName(Opcode::kAllocate), "ALLOCATE");
+}
+
+TEST(WireHeader, RejectsPayloadOverCap) {
+  Bytes b(kHeaderBytes);
+  FrameHeader h;
+  h.opcode = Opcode::kPut;
+  h.payload_bytes = 300000000;
+  EncodeHeader(h, b);
+  auto d = DecodeHeader(b, kMaxPayloadBytes);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().message(), "payload of 300000000 bytes exceeds the cap of 268435456");
+  // A caller's cap above the hard cap is clamped to it.
+  EXPECT_FALSE(DecodeHeader(b, 0xffffffffu).ok());
+  // A lower configured cap is honoured; the cap itself is allowed.
+  h.payload_bytes = 4096;
+  EncodeHeader(h, b);
+  EXPECT_FALSE(DecodeHeader(b, 4095).ok());
+  EXPECT_TRUE(DecodeHeader(b, 4096).ok());
+}
+
+TEST(WireHeader, RejectsShortHeader) {
+  const Bytes b = ValidHeader();
+  for (size_t n = 0; n < kHeaderBytes; ++n) {
+    auto h = DecodeHeader(std::span(b).first(n), kMaxPayloadBytes);
+    ASSERT_FALSE(h.ok()) << n;
+    EXPECT_EQ(h.status().message(), "short header: " + std::to_string(n) + " of 24 bytes");
+  }
+  EXPECT_TRUE(DecodeHeader(b, kMaxPayloadBytes).ok());
+}
+
+// ---- request round trips -------------------------------------------------
+
+TEST(WireRequest, HelloRoundTrip) {
+  Bytes out;
+  HelloRequest in = TestHello();
+  in.max_version = 3;
+  EncodeHello(77, in, &out);
+  Frame f = Split(out);
+  EXPECT_EQ(f.h.opcode, Opcode::kHello);
+  EXPECT_EQ(f.h.request_id, 77u);
+  EXPECT_EQ(f.h.version, in.min_version);  // HELLO's header carries the client's minimum
+  EXPECT_EQ(f.h.flags, 0);
+  auto got = DecodeAs<HelloRequest>(out);
+  EXPECT_EQ(got.min_version, 1);
+  EXPECT_EQ(got.max_version, 3);
+  EXPECT_EQ(got.model, in.model);
+  EXPECT_EQ(got.salt, in.salt);
+  EXPECT_EQ(got.layout, in.layout);
+  EXPECT_EQ(got.client_name, in.client_name);
+}
+
+TEST(WireRequest, HelloEmptyAndMaximalStrings) {
+  HelloRequest in = TestHello();
+  in.model = "";
+  in.salt = std::string(kMaxStringBytes, 's');
+  in.client_name = "\xc3\xa9t\xc3\xa9";
+  Bytes out;
+  EncodeHello(1, in, &out);
+  auto got = DecodeAs<HelloRequest>(out);
+  EXPECT_EQ(got.model, "");
+  EXPECT_EQ(got.salt, in.salt);
+  EXPECT_EQ(got.client_name, in.client_name);
+}
+
+TEST(WireRequest, KeysRoundTrip) {
+  for (Opcode op : {Opcode::kLookup, Opcode::kGet, Opcode::kRemove}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{5}}) {
+      Bytes out;
+      EncodeKeys(op, 5, Keys(n), &out);
+      EXPECT_EQ(out.size(), kHeaderBytes + 4 + 16 * n);
+      EXPECT_EQ(Split(out).h.opcode, op);
+      EXPECT_EQ(DecodeAs<KeysRequest>(out).keys, Keys(n));
+    }
+  }
+}
+
+TEST(WireRequest, AllocateRoundTrip) {
+  for (auto parent : {std::optional<BlockKey>(), std::optional<BlockKey>(Key(1000))}) {
+    AllocateRequest in{.tier = WireTier::kDevice, .parent = parent, .keys = Keys(4)};
+    Bytes out;
+    EncodeAllocate(9, in, &out);
+    auto got = DecodeAs<AllocateRequest>(out);
+    EXPECT_EQ(got.tier, WireTier::kDevice);
+    EXPECT_EQ(got.parent, parent);
+    EXPECT_EQ(got.keys, in.keys);
+  }
+}
+
+TEST(WireRequest, HandleRoundTrip) {
+  for (Opcode op : {Opcode::kCommit, Opcode::kAbort, Opcode::kRelease}) {
+    Bytes out;
+    EncodeHandle(op, 3, 0xfedcba9876543210ULL, &out);
+    EXPECT_EQ(Split(out).h.opcode, op);
+    EXPECT_EQ(DecodeAs<HandleRequest>(out).id, 0xfedcba9876543210ULL);
+  }
+}
+
+TEST(WireRequest, AcquireRoundTrip) {
+  Bytes out;
+  EncodeAcquire(4, {.tier = WireTier::kHost, .keys = Keys(2)}, &out);
+  auto got = DecodeAs<AcquireRequest>(out);
+  EXPECT_EQ(got.tier, WireTier::kHost);
+  EXPECT_EQ(got.keys, Keys(2));
+}
+
+TEST(WireRequest, PutRoundTripViewsPayload) {
+  Bytes data(3 * 64);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i);
+  Bytes out;
+  EncodePut(6, Key(500), Keys(3), data, &out);
+  Frame f = Split(out);
+  auto r = DecodeRequest(f.h, f.payload, kMaxKeys);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto& got = std::get<PutRequest>(*r);
+  EXPECT_EQ(got.parent, Key(500));
+  EXPECT_EQ(got.keys, Keys(3));
+  ASSERT_EQ(got.data.size(), data.size());
+  EXPECT_TRUE(std::equal(got.data.begin(), got.data.end(), data.begin()));
+  // A view into the payload, not a copy.
+  EXPECT_EQ(got.data.data() + got.data.size(), f.payload.data() + f.payload.size());
+}
+
+TEST(WireRequest, StatsRoundTrip) {
+  Bytes out;
+  EncodeStats(8, &out);
+  EXPECT_EQ(out.size(), kHeaderBytes);
+  DecodeAs<StatsRequest>(out);
+}
+
+TEST(WireRequest, PipelinedFramesDecodeInOrder) {
+  Bytes stream;
+  EncodeKeys(Opcode::kLookup, 1, Keys(2), &stream);
+  EncodeHandle(Opcode::kCommit, 2, 5, &stream);
+  EncodeStats(3, &stream);
+  std::span<const std::byte> rest(stream);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    auto h = DecodeHeader(rest, kMaxPayloadBytes);
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(h->request_id, id);
+    ASSERT_TRUE(DecodeRequest(*h, rest.subspan(kHeaderBytes, h->payload_bytes), kMaxKeys).ok());
+    rest = rest.subspan(kHeaderBytes + h->payload_bytes);
+  }
+  EXPECT_TRUE(rest.empty());
+}
+
+// ---- request rejects -----------------------------------------------------
+
+TEST(WireRequest, EveryTruncationFailsCleanly) {
+  for (const Bytes& frame : AllRequests()) {
+    Frame f = Split(frame);
+    ASSERT_TRUE(DecodeRequest(f.h, f.payload, kMaxKeys).ok());
+    for (size_t n = 0; n < f.payload.size(); ++n) {
+      // The header agreeing with the short payload: the decoder must find the hole.
+      FrameHeader h = f.h;
+      h.payload_bytes = static_cast<uint32_t>(n);
+      auto r = DecodeRequest(h, f.payload.first(n), kMaxKeys);
+      ASSERT_FALSE(r.ok()) << OpcodeName(f.h.opcode) << " prefix " << n;
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+      // The header disagreeing with it.
+      EXPECT_FALSE(DecodeRequest(f.h, f.payload.first(n), kMaxKeys).ok());
+    }
+  }
+}
+
+TEST(WireRequest, TrailingGarbageRejected) {
+  for (const Bytes& frame : AllRequests()) {
+    Frame f = Split(frame);
+    FrameHeader h = f.h;
+    h.payload_bytes += 1;
+    Bytes payload(f.payload.begin(), f.payload.end());
+    payload.push_back(std::byte{0});
+    auto r = DecodeRequest(h, payload, kMaxKeys);
+    ASSERT_FALSE(r.ok()) << OpcodeName(h.opcode);
+    if (h.opcode == Opcode::kPut) {
+      EXPECT_NE(r.status().message().find("data of"), std::string_view::npos);
+    } else {
+      EXPECT_NE(r.status().message().find("1 trailing bytes"), std::string_view::npos)
+          << r.status().ToString();
+    }
+  }
+}
+
+TEST(WireRequest, TooManyKeys) {
+  Bytes out;
+  EncodeKeys(Opcode::kLookup, 1, Keys(5), &out);
+  EXPECT_TRUE(DecodeStatus(out, 5).ok());
+  Status s = DecodeStatus(out, 4);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "LOOKUP request: too many keys (5 > 4)");
+  // A count over the cap is refused before the keys are looked for.
+  Bytes big;
+  EncodeKeys(Opcode::kGet, 1, {}, &big);
+  const uint32_t n = kMaxKeys + 1;
+  for (size_t i = 0; i < 4; ++i)
+    big[kHeaderBytes + i] = static_cast<std::byte>((n >> (8 * i)) & 0xff);
+  EXPECT_EQ(DecodeStatus(big, 0xffffffffu).message(), "GET request: too many keys (65537 > 65536)");
+}
+
+TEST(WireRequest, HugeKeyCountWithinCapIsTruncation) {
+  Bytes out;
+  EncodeAcquire(1, {.tier = WireTier::kHost, .keys = Keys(1)}, &out);
+  out[kHeaderBytes + 2] = std::byte{0xff};  // count (after the tier byte): 1 -> 0xff01
+  EXPECT_NE(DecodeStatus(out).message().find("truncated: 65281 keys need 1044496 bytes"),
+            std::string_view::npos)
+      << DecodeStatus(out).ToString();
+}
+
+TEST(WireRequest, BadLayoutRejected) {
+  HelloRequest in = TestHello();
+  in.layout = Layout{};
+  in.layout.dtype = DType::kFloat16;
+  Bytes out;
+  EncodeHello(1, in, &out);
+  Status s = DecodeStatus(out);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("bad layout"), std::string_view::npos) << s.ToString();
+
+  in = TestHello();
+  in.layout.dtype = static_cast<DType>(9);
+  out.clear();
+  EncodeHello(1, in, &out);
+  EXPECT_NE(DecodeStatus(out).message().find("unknown dtype 9"), std::string_view::npos);
+
+  in = TestHello();
+  in.layout.layers = 1u << 20;  // a block beyond kMaxBlockBytes
+  out.clear();
+  EncodeHello(1, in, &out);
+  EXPECT_FALSE(DecodeStatus(out).ok());
+}
+
+TEST(WireRequest, BadVersionRangeRejected) {
+  for (auto [lo, hi] : {std::pair{0, 1}, std::pair{2, 1}}) {
+    HelloRequest in = TestHello();
+    in.min_version = static_cast<uint16_t>(lo);
+    in.max_version = static_cast<uint16_t>(hi);
+    Bytes out;
+    EncodeHello(1, in, &out);
+    // min 0 puts version 0 in the header; decode the payload under a good one.
+    FrameHeader h;
+    h.opcode = Opcode::kHello;
+    h.payload_bytes = static_cast<uint32_t>(out.size() - kHeaderBytes);
+    auto r = DecodeRequest(h, std::span(out).subspan(kHeaderBytes), kMaxKeys);
+    EXPECT_FALSE(r.ok());
+  }
+}
+
+TEST(WireRequest, OverlongStringsRejected) {
+  for (int field = 0; field < 3; ++field) {
+    HelloRequest in = TestHello();
+    std::string* s = field == 0 ? &in.model : field == 1 ? &in.salt : &in.client_name;
+    *s = std::string(kMaxStringBytes + 1, 'x');
+    Bytes out;
+    EncodeHello(1, in, &out);
+    Status st = DecodeStatus(out);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("of 1025 bytes exceeds the limit of 1024"), std::string_view::npos)
+        << st.ToString();
+  }
+  // Longer than a u16 can say: still refused, not silently truncated to fit.
+  HelloRequest in = TestHello();
+  in.model = std::string(70000, 'm');
+  Bytes out;
+  EncodeHello(1, in, &out);
+  EXPECT_FALSE(DecodeStatus(out).ok());
+}
+
+TEST(WireRequest, PutDataSizeMismatch) {
+  Bytes out;
+  const Bytes data(3 * 10);
+  EncodePut(1, std::nullopt, Keys(3), data, &out);
+  const size_t block_bytes_at = kHeaderBytes + 1 + 4 + 3 * 16;
+  ASSERT_EQ(out[block_bytes_at], std::byte{10});
+  for (int bad : {0, 9, 11}) {
+    Bytes b = out;
+    b[block_bytes_at] = static_cast<std::byte>(bad);
+    Status s = DecodeStatus(b);
+    EXPECT_EQ(s.message(),
+              "PUT request: data of 30 bytes is not 3 blocks of " + std::to_string(bad) + " bytes");
+  }
+  // A block size whose product with the key count overflows 64 bits.
+  Bytes b = out;
+  for (size_t i = 0; i < 8; ++i) b[block_bytes_at + i] = std::byte{0xff};
+  EXPECT_FALSE(DecodeStatus(b).ok());
+  // Data without keys.
+  Bytes put;
+  EncodePut(1, std::nullopt, {}, {}, &put);
+  put.push_back(std::byte{1});  // one data byte for zero keys
+  FrameHeader h = Split(Bytes(put.begin(), put.end() - 1)).h;
+  h.payload_bytes += 1;
+  EXPECT_FALSE(DecodeRequest(h, std::span(put).subspan(kHeaderBytes), kMaxKeys).ok());
+}
+
+TEST(WireRequest, BadEnumsAndFlagsRejected) {
+  Bytes out;
+  EncodeAllocate(1, {.tier = WireTier::kHost, .parent = Key(1), .keys = Keys(1)}, &out);
+  Bytes b = out;
+  b[kHeaderBytes] = std::byte{3};  // tier
+  EXPECT_NE(DecodeStatus(b).message().find("unknown tier 3"), std::string_view::npos);
+  b = out;
+  b[kHeaderBytes + 1] = std::byte{2};  // parent presence
+  EXPECT_NE(DecodeStatus(b).message().find("parent presence byte is 2"), std::string_view::npos);
+
+  Frame f = Split(out);
+  FrameHeader h = f.h;
+  h.flags = kFlagReply;
+  EXPECT_FALSE(DecodeRequest(h, f.payload, kMaxKeys).ok());
+  h = f.h;
+  h.status = 2;
+  EXPECT_FALSE(DecodeRequest(h, f.payload, kMaxKeys).ok());
+}
+
+TEST(WireRequest, StatsWithPayloadRejected) {
+  FrameHeader h;
+  h.opcode = Opcode::kStats;
+  h.payload_bytes = 1;
+  const Bytes payload = B({0});
+  EXPECT_EQ(DecodeRequest(h, payload, kMaxKeys).status().message(),
+            "STATS request: 1 trailing bytes after offset 0");
+}
+
+// ---- replies -------------------------------------------------------------
+
+HelloReply TestHelloReply() {
+  HelloReply r;
+  r.version = 1;
+  r.session_id = 0x1122334455667788ULL;
+  r.namespace_id = 3;
+  r.block_bytes = 4096;
+  r.slot_bytes = 8192;
+  r.host_arena_bytes = 1ULL << 33;
+  r.device = DeviceKind::kEmulated;
+  r.device_arena_bytes = 1ULL << 30;
+  r.max_keys = 1024;
+  r.max_payload_bytes = 1u << 20;
+  for (size_t i = 0; i < r.namespace_secret.size(); ++i) {
+    r.namespace_secret[i] = static_cast<std::byte>(i * 3 + 1);
+  }
+  return r;
+}
+
+TEST(WireReply, HelloRoundTrip) {
+  for (bool fds : {false, true}) {
+    Bytes out;
+    const HelloReply in = TestHelloReply();
+    EncodeHelloReply(5, in, fds, &out);
+    Frame f = Split(out);
+    EXPECT_EQ(f.h.opcode, Opcode::kHello);
+    EXPECT_EQ(f.h.request_id, 5u);
+    EXPECT_EQ(f.h.status, 0);
+    EXPECT_EQ(f.h.flags, fds ? kFlagReply | kFlagFds : kFlagReply);
+    EXPECT_EQ(f.payload.size(), 87u);
+    auto got = DecodeHelloReply(f.payload);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->version, in.version);
+    EXPECT_EQ(got->session_id, in.session_id);
+    EXPECT_EQ(got->namespace_id, in.namespace_id);
+    EXPECT_EQ(got->block_bytes, in.block_bytes);
+    EXPECT_EQ(got->slot_bytes, in.slot_bytes);
+    EXPECT_EQ(got->host_arena_bytes, in.host_arena_bytes);
+    EXPECT_EQ(got->device, in.device);
+    EXPECT_EQ(got->device_arena_bytes, in.device_arena_bytes);
+    EXPECT_EQ(got->max_keys, in.max_keys);
+    EXPECT_EQ(got->max_payload_bytes, in.max_payload_bytes);
+    EXPECT_EQ(got->namespace_secret, in.namespace_secret);
+  }
+}
+
+TEST(WireReply, HelloRejectsBadFields) {
+  HelloReply r = TestHelloReply();
+  r.max_keys = kMaxKeys + 1;
+  Bytes out;
+  EncodeHelloReply(1, r, false, &out);
+  EXPECT_FALSE(DecodeHelloReply(Split(out).payload).ok());
+  r = TestHelloReply();
+  r.device = static_cast<DeviceKind>(7);
+  out.clear();
+  EncodeHelloReply(1, r, false, &out);
+  EXPECT_FALSE(DecodeHelloReply(Split(out).payload).ok());
+}
+
+TEST(WireReply, LookupRoundTrip) {
+  LookupReply in{.tiers = {WireTier::kDevice, WireTier::kHost, WireTier::kSsd}};
+  Bytes out;
+  EncodeLookupReply(2, in, &out);
+  Frame f = Split(out);
+  EXPECT_EQ(f.h.flags, kFlagReply);
+  auto got = DecodeLookupReply(f.payload);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->tiers, in.tiers);
+}
+
+TEST(WireReply, AllocateRoundTrip) {
+  AllocateReply in{
+      .allocation_id = 17,
+      .tier = WireTier::kDevice,
+      .states = {WireWriteState::kExists, WireWriteState::kAllocated, WireWriteState::kSkipped},
+      .offsets = {0, 8192, 0}};
+  Bytes out;
+  EncodeAllocateReply(3, in, &out);
+  auto got = DecodeAllocateReply(Split(out).payload);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->allocation_id, 17u);
+  EXPECT_EQ(got->tier, WireTier::kDevice);
+  EXPECT_EQ(got->states, in.states);
+  EXPECT_EQ(got->offsets, in.offsets);
+}
+
+TEST(WireReply, AllocateRejectsBrokenInvariants) {
+  // A key after a skipped one that is not skipped.
+  AllocateReply in{.allocation_id = 1,
+                   .tier = WireTier::kHost,
+                   .states = {WireWriteState::kSkipped, WireWriteState::kAllocated},
+                   .offsets = {0, 64}};
+  Bytes out;
+  EncodeAllocateReply(1, in, &out);
+  EXPECT_FALSE(DecodeAllocateReply(Split(out).payload).ok());
+  // An offset on a key that was not allocated.
+  in.states = {WireWriteState::kExists, WireWriteState::kAllocated};
+  in.offsets = {64, 128};
+  out.clear();
+  EncodeAllocateReply(1, in, &out);
+  EXPECT_FALSE(DecodeAllocateReply(Split(out).payload).ok());
+}
+
+TEST(WireReply, AcquireRoundTrip) {
+  AcquireReply in{.lease_id = 99, .tier = WireTier::kHost, .offsets = {0, 4096, 1ULL << 40}};
+  Bytes out;
+  EncodeAcquireReply(4, in, &out);
+  auto got = DecodeAcquireReply(Split(out).payload);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->lease_id, 99u);
+  EXPECT_EQ(got->tier, WireTier::kHost);
+  EXPECT_EQ(got->offsets, in.offsets);
+}
+
+TEST(WireReply, PutRoundTrip) {
+  PutReply in{.states = {WireWriteState::kAllocated, WireWriteState::kExists}};
+  Bytes out;
+  EncodePutReply(5, in, &out);
+  auto got = DecodePutReply(Split(out).payload);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->states, in.states);
+}
+
+TEST(WireReply, GetPrefixRoundTrip) {
+  Bytes out = B({0xee});  // the prefix appends to what is there
+  auto data = EncodeGetReplyPrefix(6, 3, 16, &out);
+  ASSERT_EQ(data.size(), 48u);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i);
+  Bytes frame(out.begin() + 1, out.end());
+  Frame f = Split(frame);
+  EXPECT_EQ(f.h.payload_bytes, 4u + 48u);
+  EXPECT_EQ(f.h.opcode, Opcode::kGet);
+  auto got = DecodeGetReply(f.payload, 16);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->hits, 3u);
+  ASSERT_EQ(got->data.size(), 48u);
+  EXPECT_EQ(got->data[47], std::byte{47});
+  EXPECT_FALSE(DecodeGetReply(f.payload, 15).ok());
+  EXPECT_FALSE(DecodeGetReply(f.payload, 0).ok());
+  EXPECT_FALSE(DecodeGetReply(f.payload, 1ULL << 63).ok());
+
+  Bytes empty;
+  EXPECT_TRUE(EncodeGetReplyPrefix(7, 0, 16, &empty).empty());
+  auto none = DecodeGetReply(Split(empty).payload, 16);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->hits, 0u);
+}
+
+TEST(WireReply, CountRoundTrip) {
+  for (Opcode op : {Opcode::kRemove, Opcode::kCommit, Opcode::kAbort, Opcode::kRelease}) {
+    Bytes out;
+    EncodeCountReply(op, 8, {.count = 12}, &out);
+    Frame f = Split(out);
+    EXPECT_EQ(f.h.opcode, op);
+    auto got = DecodeCountReply(f.payload);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->count, 12u);
+  }
+}
+
+TEST(WireReply, StatsRoundTrip) {
+  StatsReply in{.entries = {{"host.bytes_used", "1048576"}, {"version", "0.1.0"}, {"", ""}}};
+  Bytes out;
+  EncodeStatsReply(9, in, &out);
+  auto got = DecodeStatsReply(Split(out).payload);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->entries, in.entries);
+}
+
+TEST(WireReply, ErrorRoundTrip) {
+  Bytes out;
+  EncodeError(Opcode::kCommit, 10, NotFoundError("no allocation 5"), &out);
+  Frame f = Split(out);
+  EXPECT_EQ(f.h.opcode, Opcode::kCommit);
+  EXPECT_EQ(f.h.request_id, 10u);
+  EXPECT_EQ(f.h.status, 1);
+  EXPECT_EQ(f.h.flags, kFlagReply);
+  EXPECT_EQ(DecodeError(f.h, f.payload), NotFoundError("no allocation 5"));
+  EXPECT_EQ(static_cast<int>(StatusCode::kFailedPrecondition), 8);
+
+  FrameHeader h = f.h;
+  h.status = 200;
+  EXPECT_EQ(DecodeError(h, f.payload).code(), StatusCode::kInternal);
+  h.status = 0;
+  EXPECT_EQ(DecodeError(h, f.payload).code(), StatusCode::kInternal);
+}
+
+TEST(WireReply, ErrorMessageCutAt4KiBOnACharacterBoundary) {
+  // 4095 ASCII bytes then a 2-byte character straddling the 4 KiB line.
+  std::string msg(4095, 'a');
+  msg += "\xc3\xa9";
+  msg += std::string(100, 'b');
+  Bytes out;
+  EncodeError(Opcode::kPut, 1, ResourceExhaustedError(msg), &out);
+  Frame f = Split(out);
+  EXPECT_EQ(f.payload.size(), 4095u);
+  EXPECT_EQ(DecodeError(f.h, f.payload).message(), std::string(4095, 'a'));
+}
+
+std::vector<Bytes> AllReplies() {
+  std::vector<Bytes> frames(8);
+  EncodeHelloReply(1, TestHelloReply(), true, &frames[0]);
+  EncodeLookupReply(2, {.tiers = {WireTier::kHost, WireTier::kSsd}}, &frames[1]);
+  EncodeAllocateReply(3,
+                      {.allocation_id = 1,
+                       .tier = WireTier::kHost,
+                       .states = {WireWriteState::kAllocated, WireWriteState::kSkipped},
+                       .offsets = {64, 0}},
+                      &frames[2]);
+  EncodeAcquireReply(4, {.lease_id = 2, .tier = WireTier::kDevice, .offsets = {0, 8}}, &frames[3]);
+  EncodePutReply(5, {.states = {WireWriteState::kExists}}, &frames[4]);
+  EncodeGetReplyPrefix(6, 2, 8, &frames[5]);
+  EncodeCountReply(Opcode::kRemove, 7, {.count = 3}, &frames[6]);
+  EncodeStatsReply(8, {.entries = {{"a", "1"}, {"bb", "22"}}}, &frames[7]);
+  return frames;
+}
+
+Status DecodeReplyPayload(Opcode op, std::span<const std::byte> p) {
+  switch (op) {
+    case Opcode::kHello:
+      return DecodeHelloReply(p).status();
+    case Opcode::kLookup:
+      return DecodeLookupReply(p).status();
+    case Opcode::kAllocate:
+      return DecodeAllocateReply(p).status();
+    case Opcode::kAcquire:
+      return DecodeAcquireReply(p).status();
+    case Opcode::kPut:
+      return DecodePutReply(p).status();
+    case Opcode::kGet:
+      return DecodeGetReply(p, 8).status();
+    case Opcode::kStats:
+      return DecodeStatsReply(p).status();
+    default:
+      return DecodeCountReply(p).status();
+  }
+}
+
+TEST(WireReply, EveryTruncationAndTrailingByteFailsCleanly) {
+  for (const Bytes& frame : AllReplies()) {
+    Frame f = Split(frame);
+    ASSERT_TRUE(DecodeReplyPayload(f.h.opcode, f.payload).ok()) << OpcodeName(f.h.opcode);
+    for (size_t n = 0; n < f.payload.size(); ++n) {
+      Status s = DecodeReplyPayload(f.h.opcode, f.payload.first(n));
+      ASSERT_FALSE(s.ok()) << OpcodeName(f.h.opcode) << " prefix " << n;
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    }
+    Bytes longer(f.payload.begin(), f.payload.end());
+    longer.push_back(std::byte{0});
+    EXPECT_FALSE(DecodeReplyPayload(f.h.opcode, longer).ok()) << OpcodeName(f.h.opcode);
+  }
+}
+
+// ---- random input --------------------------------------------------------
+
+TEST(WireFuzz, RandomBytesNeverCrash) {
+  std::mt19937_64 rng(20240601);
+  const std::vector<Bytes> valid = AllRequests();
+  const std::vector<Bytes> replies = AllReplies();
+  size_t accepted = 0;
+  for (int iter = 0; iter < 100000; ++iter) {
+    Bytes b;
+    switch (iter % 3) {
+      case 0: {  // pure noise, sometimes with a valid magic and version
+        b.resize(rng() % 96);
+        for (auto& x : b) x = static_cast<std::byte>(rng());
+        if (b.size() >= 6 && rng() % 2 == 0) {
+          const Bytes h = ValidHeader();
+          std::copy(h.begin(), h.begin() + 6, b.begin());
+        }
+        break;
+      }
+      default: {  // a valid frame with a few bytes flipped, cut or extended
+        b = iter % 3 == 1 ? valid[rng() % valid.size()] : replies[rng() % replies.size()];
+        const int flips = 1 + static_cast<int>(rng() % 4);
+        for (int i = 0; i < flips; ++i) b[rng() % b.size()] = static_cast<std::byte>(rng());
+        if (rng() % 4 == 0) b.resize(rng() % (b.size() + 1));
+        if (rng() % 8 == 0) b.push_back(static_cast<std::byte>(rng()));
+        break;
+      }
+    }
+    auto h = DecodeHeader(b, static_cast<uint32_t>(rng()));
+    std::span<const std::byte> payload = b.size() > kHeaderBytes
+                                             ? std::span<const std::byte>(b).subspan(kHeaderBytes)
+                                             : std::span<const std::byte>();
+    FrameHeader fh;
+    if (h.ok()) {
+      fh = *h;
+    } else {
+      // Still drive the payload decoders with whatever opcode the bytes suggest.
+      fh.opcode = static_cast<Opcode>(1 + rng() % 11);
+    }
+    fh.payload_bytes = static_cast<uint32_t>(payload.size());
+    const uint32_t max_keys = static_cast<uint32_t>(rng() % 8);
+    auto req = DecodeRequest(fh, payload, max_keys == 7 ? kMaxKeys : max_keys);
+    if (req.ok()) ++accepted;
+    DecodeReplyPayload(fh.opcode, payload).IgnoreError();
+    DecodeError(fh, payload).IgnoreError();
+  }
+  EXPECT_GT(accepted, 0u);  // the mutations do reach the accepting paths
+}
+
+}  // namespace
+}  // namespace kvtier::protocol
