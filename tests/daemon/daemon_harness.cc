@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -53,8 +54,15 @@ std::unique_ptr<Daemon> Daemon::Start(std::vector<std::string> args, const std::
   char tmpl[] = "/tmp/kvtier-test-XXXXXX";
   d->dir_ = ::mkdtemp(tmpl);
   d->socket_ = socket.empty() ? d->dir_ + "/kvtierd.sock" : socket;
-  std::vector<std::string> all = {"--socket",    d->socket_, "--host-capacity",    "64MiB",
-                                  "--host-slab", "4MiB",     "--no-reserve-memory"};
+  // Test defaults, unless the caller sets the flag itself.
+  std::vector<std::string> all = {"--socket", d->socket_, "--no-reserve-memory"};
+  for (const auto& [flag, value] :
+       {std::pair{"--host-capacity", "64MiB"}, std::pair{"--host-slab", "4MiB"}}) {
+    if (std::find(args.begin(), args.end(), flag) == args.end()) {
+      all.push_back(flag);
+      all.push_back(value);
+    }
+  }
   all.insert(all.end(), args.begin(), args.end());
   d->pid_ = Spawn(all, d->dir_ + "/kvtierd.log");
   for (int i = 0; i < 400; ++i) {

@@ -1,0 +1,247 @@
+// The worker-side client of kvtierd (DESIGN.md §3, §5; docs/protocol.md).
+//
+// A Client is one session: it connects to the daemon's Unix socket, says
+// HELLO for one namespace (model, salt, layout), receives the shared arenas'
+// descriptors and maps them, and then reads and writes blocks in place:
+//
+//   auto client = Client::Connect(options);             // Result<unique_ptr>
+//   auto keys = (*client)->Keys(prompt_tokens);          // full blocks only
+//   auto w = (*client)->Allocate(keys);                  // WriteHandle
+//   for (i...) if (w->state(i) == kAllocated) fill(w->Bytes(i));
+//   w->Commit();
+//   auto r = (*client)->Acquire(keys);                   // ReadLease
+//   for (i < r->size()) use(r->Bytes(i));                // leading hits
+//   // ~ReadLease releases
+//
+// Calls are synchronous and blocking, one request in flight at a time,
+// except LookupMany(), which pipelines. Errors: a daemon's error reply
+// becomes the Status it carries; a socket error is Unavailable("kvtierd at
+// PATH: ..."); a malformed reply is InvalidArgument. After a socket error or
+// a reply that puts the stream out of step the client is broken: every
+// later call returns Unavailable. Reconnect with a new Client.
+//
+// Thread-safety: a Client is not thread-safe; use one per thread. A
+// WriteHandle or ReadLease belongs to the Client that made it, is used on
+// that Client's thread, and must not outlive it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/layout.h"
+#include "common/result.h"
+#include "prefix_index/block_key.h"
+#include "prefix_index/key_hasher.h"
+#include "protocol/wire.h"
+
+namespace kvtier::client {
+
+using prefix_index::BlockKey;
+using prefix_index::TokenId;
+using protocol::WireTier;
+using protocol::WireWriteState;
+
+inline constexpr const char* kDefaultSocketPath = "/run/kvtier/kvtierd.sock";
+
+struct ClientOptions {
+  // The daemon's Unix socket.
+  std::string socket_path = kDefaultSocketPath;
+  // The namespace: model id (required) and tenant / cache salt (may be
+  // empty). Blocks of different namespaces never match.
+  std::string model;
+  std::string salt;
+  // The block layout of the namespace; must Validate(). A namespace that
+  // exists with another layout is refused by the daemon.
+  Layout layout;
+  // Shown in the daemon's logs and stats; free text.
+  std::string client_name;
+  // Map the shared arenas (zero-copy Allocate/Acquire). false: the arenas'
+  // descriptors are closed at once and only the inline PUT/GET and the
+  // metadata calls work, for workers that cannot map shared memory.
+  bool map_arenas = true;
+  // Longest wait, in milliseconds, for the socket to accept a request or
+  // deliver a reply; 0 waits forever. A timeout breaks the client (the reply
+  // may still come, out of step).
+  uint32_t io_timeout_ms = 0;
+};
+
+class Client;
+namespace internal {
+class Connection;
+}  // namespace internal
+
+// Slots reserved by Allocate(): fill the kAllocated ones in place, then
+// Commit() publishes them; Abort() or the destructor frees them.
+class WriteHandle {
+ public:
+  WriteHandle() = default;
+  WriteHandle(WriteHandle&& other) noexcept;
+  WriteHandle& operator=(WriteHandle&& other) noexcept;
+  WriteHandle(const WriteHandle&) = delete;
+  WriteHandle& operator=(const WriteHandle&) = delete;
+  // Aborts if still open; an error doing so is ignored.
+  ~WriteHandle();
+
+  // One entry per key given to Allocate().
+  size_t size() const { return states_.size(); }
+  WireWriteState state(size_t i) const { return states_[i]; }
+  // Keys in state kAllocated: the blocks this write will publish.
+  size_t allocated() const;
+  uint64_t id() const { return id_; }
+  WireTier tier() const { return tier_; }
+  bool open() const { return client_ != nullptr; }
+
+  // The block's slot in the mapped arena, block_bytes() long.
+  // REQUIRES: open() && state(i) == kAllocated.
+  std::span<std::byte> Bytes(size_t i) const;
+
+  // Publishes the kAllocated blocks. The handle is closed whatever the
+  // outcome: the daemon ends the allocation on a failed commit too.
+  Status Commit();
+  // Frees the slots. The handle is closed whatever the outcome.
+  Status Abort();
+
+ private:
+  friend class Client;
+  Client* client_ = nullptr;
+  uint64_t id_ = 0;
+  WireTier tier_ = WireTier::kHost;
+  uint64_t block_bytes_ = 0;
+  std::vector<WireWriteState> states_;
+  std::vector<std::byte*> blocks_;  // nullptr unless kAllocated
+};
+
+// The leading present blocks of Acquire()'s keys, pinned in one tier until
+// Release() or the destructor.
+class ReadLease {
+ public:
+  ReadLease() = default;
+  ReadLease(ReadLease&& other) noexcept;
+  ReadLease& operator=(ReadLease&& other) noexcept;
+  ReadLease(const ReadLease&) = delete;
+  ReadLease& operator=(const ReadLease&) = delete;
+  // Releases if still held; an error doing so is ignored.
+  ~ReadLease();
+
+  // Leading hits leased (<= keys asked for).
+  size_t size() const { return blocks_.size(); }
+  uint64_t id() const { return id_; }
+  WireTier tier() const { return tier_; }
+  bool held() const { return client_ != nullptr; }
+
+  // The i-th leased block, block_bytes() long. REQUIRES: held() && i < size().
+  std::span<const std::byte> Bytes(size_t i) const;
+
+  // Unpins the blocks. The lease is dropped whatever the outcome.
+  Status Release();
+
+ private:
+  friend class Client;
+  Client* client_ = nullptr;
+  uint64_t id_ = 0;
+  WireTier tier_ = WireTier::kHost;
+  uint64_t block_bytes_ = 0;
+  std::vector<const std::byte*> blocks_;
+};
+
+class Client {
+ public:
+  // Connects, says HELLO, receives and maps the arenas. InvalidArgument for
+  // bad options (checked before connecting); Unavailable when the daemon
+  // cannot be reached; the daemon's error when it refuses the namespace.
+  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();  // unmaps the arenas and closes the socket
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const ClientOptions& options() const { return options_; }
+  const protocol::HelloReply& session() const { return session_; }
+  uint64_t block_bytes() const { return session_.block_bytes; }
+  // Keys of this namespace: the hasher seeded with the namespace secret.
+  const prefix_index::KeyHasher& hasher() const { return *hasher_; }
+  // True when the arena of `tier` is mapped (zero-copy possible there).
+  bool mapped(WireTier tier) const;
+  // False once a socket error or an out-of-step reply broke the session.
+  bool healthy() const;
+
+  // The chain of full blocks of `tokens`, from the namespace root.
+  std::vector<BlockKey> Keys(std::span<const TokenId> tokens) const;
+
+  // The tiers of the leading present keys (the hit is tiers.size()).
+  Result<protocol::LookupReply> Lookup(std::span<const BlockKey> keys);
+  // One LOOKUP per chain, pipelined: all are sent, then all replies read
+  // (while sending, so neither socket buffer fills). Replies in chain order.
+  Result<std::vector<protocol::LookupReply>> LookupMany(
+      std::span<const std::vector<BlockKey>> chains);
+
+  // Reserves slots in `tier` (kHost, or kDevice when the daemon emulates
+  // it) for the keys; `parent` is the key before keys[0] (none: keys[0] is a
+  // prompt's first block). FailedPrecondition when that arena is not mapped.
+  Result<WriteHandle> Allocate(std::span<const BlockKey> keys,
+                               std::optional<BlockKey> parent = std::nullopt,
+                               WireTier tier = WireTier::kHost);
+  // Pins the leading present blocks in `tier`, promoting them there.
+  Result<ReadLease> Acquire(std::span<const BlockKey> keys, WireTier tier = WireTier::kHost);
+
+  // Writes keys.size() blocks through the socket. REQUIRES: data.size() ==
+  // keys.size() x block_bytes() (InvalidArgument otherwise).
+  Result<protocol::PutReply> PutInline(std::span<const BlockKey> keys,
+                                       std::span<const std::byte> data,
+                                       std::optional<BlockKey> parent = std::nullopt);
+  // The leading present blocks' bytes, through the socket.
+  Result<protocol::GetReply> GetInline(std::span<const BlockKey> keys);
+  // Removes the keys (and what hangs below them); the count removed.
+  Result<uint64_t> Remove(std::span<const BlockKey> keys);
+  // The daemon's counters and settings, "name value" pairs.
+  Result<std::vector<std::pair<std::string, std::string>>> Stats();
+
+  // Low level, used by WriteHandle and ReadLease and by tests.
+  Status Commit(uint64_t allocation_id);
+  Status Abort(uint64_t allocation_id);
+  Status Release(uint64_t lease_id);
+
+ private:
+  struct Arena {
+    std::byte* base = nullptr;
+    uint64_t bytes = 0;
+  };
+
+  explicit Client(const ClientOptions& options);
+  Status Hello();
+  Status MapArena(int fd, uint64_t bytes, const char* what, Arena* out);
+  // The mapped arena of `tier`, or nullptr.
+  const Arena* ArenaOf(WireTier tier) const;
+  // OK when blocks of `tier` can be addressed in place.
+  Status CheckArena(WireTier tier) const;
+  // Checks a request against the session's caps before it is sent.
+  Status CheckKeys(std::span<const BlockKey> keys) const;
+  // InvalidArgument naming the daemon, the reply and `why`.
+  Status Malformed(protocol::Opcode op, const Status& why) const;
+  // Sends tx_ and reads the reply, checked against `op` and `id`: the
+  // payload of an OK reply, the carried Status of an error reply.
+  Result<std::vector<std::byte>> Call(protocol::Opcode op, uint64_t id, uint16_t* flags = nullptr);
+  // An out-of-step reply breaks the connection.
+  Result<std::vector<std::byte>> CheckReply(protocol::Opcode op, uint64_t id,
+                                            const protocol::FrameHeader& header,
+                                            std::vector<std::byte> payload);
+  // COMMIT, ABORT or RELEASE of `handle_id`.
+  Status Handle(protocol::Opcode op, uint64_t handle_id);
+  uint64_t NextId() { return next_id_++; }
+
+  ClientOptions options_;
+  std::unique_ptr<internal::Connection> conn_;
+  protocol::HelloReply session_;
+  std::optional<prefix_index::KeyHasher> hasher_;
+  Arena host_;
+  Arena device_;
+  uint64_t next_id_ = 1;
+  std::vector<std::byte> tx_;  // reused request buffer
+};
+
+}  // namespace kvtier::client

@@ -1,0 +1,333 @@
+// The real kvtierd and the real client over a real socket: workers share
+// blocks in place, namespaces stay apart, a vanished writer leaves nothing
+// behind, and many concurrent clients never see a wrong byte.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "client/client.h"
+#include "daemon_harness.h"
+
+namespace kvtier::testing {
+namespace {
+
+using client::Client;
+using client::ClientOptions;
+using prefix_index::BlockKey;
+using prefix_index::TokenId;
+using protocol::WireTier;
+using protocol::WireWriteState;
+
+// The bytes every writer puts under `key`: a pattern no other key shares, so
+// any reader can check any block it gets.
+void Fill(std::span<std::byte> bytes, const BlockKey& key) {
+  uint64_t x = key.hi ^ (key.lo * 0x9e3779b97f4a7c15ULL) ^ 1;
+  for (size_t i = 0; i < bytes.size(); i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(bytes.data() + i, &x, std::min<size_t>(8, bytes.size() - i));
+  }
+}
+
+bool Matches(std::span<const std::byte> bytes, const BlockKey& key) {
+  std::vector<std::byte> want(bytes.size());
+  Fill(want, key);
+  return std::memcmp(want.data(), bytes.data(), bytes.size()) == 0;
+}
+
+std::vector<TokenId> Prompt(uint32_t seed, size_t tokens) {
+  std::mt19937 rng(seed);
+  std::vector<TokenId> t(tokens);
+  for (auto& x : t) x = static_cast<TokenId>(rng() % 50'000);
+  return t;
+}
+
+std::map<std::string, std::string> StatsOf(Client& c) {
+  auto s = c.Stats();
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  std::map<std::string, std::string> out;
+  if (s.ok()) out.insert(s->begin(), s->end());
+  return out;
+}
+
+class IntegrationTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> args = {}) {
+    daemon_ = Daemon::Start(std::move(args));
+    ASSERT_NE(daemon_, nullptr);
+  }
+  std::unique_ptr<Client> Connect(const std::string& model = "llama-test",
+                                  const std::string& salt = "") {
+    ClientOptions o;
+    o.socket_path = daemon_->socket();
+    o.model = model;
+    o.salt = salt;
+    o.layout = Layout{2, 2, 64, DType::kFloat16, 16};  // 16 KiB blocks
+    o.client_name = "integration";
+    o.io_timeout_ms = 20'000;
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString() << "\n" << daemon_->Log();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+  // Zero-copy put of every full block of `tokens`; returns the keys.
+  std::vector<BlockKey> Put(Client& c, const std::vector<TokenId>& tokens,
+                            WireTier tier = WireTier::kHost) {
+    const auto keys = c.Keys(tokens);
+    auto w = c.Allocate(keys, std::nullopt, tier);
+    EXPECT_TRUE(w.ok()) << w.status().ToString();
+    if (!w.ok()) return keys;
+    for (size_t i = 0; i < w->size(); ++i) {
+      if (w->state(i) == WireWriteState::kAllocated) Fill(w->Bytes(i), keys[i]);
+    }
+    EXPECT_TRUE(w->Commit().ok());
+    return keys;
+  }
+
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(IntegrationTest, SecondClientHitsWhatTheFirstCommittedWithEqualBytes) {
+  Start();
+  auto a = Connect();
+  auto b = Connect();
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->session().namespace_id, b->session().namespace_id);
+  const auto tokens = Prompt(1, 16 * 10 + 5);
+  const auto keys = Put(*a, tokens);
+  ASSERT_EQ(keys.size(), 10u);
+  // b computes the same keys from the same tokens, finds them all...
+  EXPECT_EQ(b->Keys(tokens), keys);
+  auto hit = b->Lookup(keys);
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->tiers.size(), 10u);
+  // ...reads them in place in the shared arena...
+  auto lease = b->Acquire(keys);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  ASSERT_EQ(lease->size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_TRUE(Matches(lease->Bytes(i), keys[i])) << i;
+  ASSERT_TRUE(lease->Release().ok());
+  // ...and through the socket.
+  auto got = b->GetInline(keys);
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->hits, 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_TRUE(
+        Matches(std::span(got->data).subspan(i * b->block_bytes(), b->block_bytes()), keys[i]));
+  }
+  // A longer prompt sharing the prefix hits the shared part only.
+  auto longer = tokens;
+  longer.resize(16 * 14);
+  for (size_t i = tokens.size(); i < longer.size(); ++i) longer[i] = 7;
+  EXPECT_EQ(b->Lookup(b->Keys(longer))->tiers.size(), 10u);
+}
+
+TEST_F(IntegrationTest, InlinePutIsReadInPlaceByAnother) {
+  Start();
+  auto a = Connect();
+  auto b = Connect();
+  const auto keys = a->Keys(Prompt(2, 16 * 4));
+  std::vector<std::byte> data(keys.size() * a->block_bytes());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Fill(std::span(data).subspan(i * a->block_bytes(), a->block_bytes()), keys[i]);
+  }
+  auto put = a->PutInline(keys, data);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(put->states, std::vector<WireWriteState>(4, WireWriteState::kAllocated));
+  auto lease = b->Acquire(keys);
+  ASSERT_EQ(lease->size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(Matches(lease->Bytes(i), keys[i]));
+}
+
+TEST_F(IntegrationTest, AnotherNamespaceNeverHits) {
+  Start();
+  auto a = Connect("llama-test");
+  auto other_model = Connect("mistral-test");
+  auto other_tenant = Connect("llama-test", "tenant-b");
+  const auto tokens = Prompt(3, 16 * 6);
+  const auto keys = Put(*a, tokens);
+  // Identical tokens: other namespaces compute other keys (other secrets)...
+  EXPECT_NE(other_model->Keys(tokens), keys);
+  EXPECT_NE(other_tenant->Keys(tokens), keys);
+  EXPECT_EQ(other_model->Lookup(other_model->Keys(tokens))->tiers.size(), 0u);
+  EXPECT_EQ(other_tenant->Lookup(other_tenant->Keys(tokens))->tiers.size(), 0u);
+  // ...and even with the first namespace's keys they find nothing.
+  EXPECT_EQ(other_model->Lookup(keys)->tiers.size(), 0u);
+  EXPECT_EQ(other_tenant->Acquire(keys)->size(), 0u);
+  EXPECT_EQ(other_tenant->GetInline(keys)->hits, 0u);
+  EXPECT_EQ(a->Lookup(keys)->tiers.size(), 6u);
+}
+
+TEST_F(IntegrationTest, ClientKilledMidWriteLeavesNoSlotOrLeaseBehind) {
+  Start();
+  auto observer = Connect();
+  const auto before = StatsOf(*observer);
+  const auto shared = Put(*observer, Prompt(4, 16 * 3));
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // The worker: takes a lease, allocates, writes half a block, then is
+    // killed before it commits.
+    ClientOptions o;
+    o.socket_path = daemon_->socket();
+    o.model = "llama-test";
+    o.layout = Layout{2, 2, 64, DType::kFloat16, 16};
+    auto c = Client::Connect(o);
+    if (!c.ok()) ::_exit(1);
+    auto lease = (*c)->Acquire(shared);
+    auto w = (*c)->Allocate((*c)->Keys(Prompt(5, 16 * 8)));
+    if (!lease.ok() || !w.ok()) ::_exit(2);
+    std::memset(w->Bytes(0).data(), 0xab, w->Bytes(0).size() / 2);
+    [[maybe_unused]] auto n = ::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char x;
+  ASSERT_EQ(::read(ready[0], &x, 1), 1);
+  auto mid = StatsOf(*observer);
+  EXPECT_EQ(mid["open_allocations"], "1");
+  EXPECT_EQ(mid["pending_blocks"], "8");
+  EXPECT_EQ(mid["open_leases"], "1");
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  // The daemon notices the disconnect and frees what the worker held.
+  std::map<std::string, std::string> after;
+  for (int i = 0; i < 200; ++i) {
+    after = StatsOf(*observer);
+    if (after["sessions"] == "1") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(after["sessions"], "1");
+  EXPECT_EQ(after["open_allocations"], "0");
+  EXPECT_EQ(after["pending_blocks"], "0");
+  EXPECT_EQ(after["open_leases"], "0");
+  EXPECT_EQ(after["tier.host.pinned_blocks"], "0");
+  EXPECT_EQ(after["tier.host.blocks"], "3");  // only the committed ones
+  EXPECT_EQ(after["aborted_blocks"], "8");
+  EXPECT_EQ(observer->Lookup(observer->Keys(Prompt(5, 16 * 8)))->tiers.size(), 0u);
+  EXPECT_EQ(before.at("open_leases"), "0");
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+TEST_F(IntegrationTest, DeviceTierWritesAreReadFromTheHostAfterDemotion) {
+  Start({"--device", "emulated", "--device-capacity", "1MiB"});
+  auto a = Connect();
+  auto b = Connect();
+  ASSERT_EQ(a->session().device, protocol::DeviceKind::kEmulated);
+  ASSERT_TRUE(a->mapped(WireTier::kDevice));
+  const auto first = Put(*a, Prompt(6, 16 * 8), WireTier::kDevice);
+  // 1 MiB of device holds 64 blocks of 16 KiB: more pushes the first down.
+  for (uint32_t seed = 100; seed < 110; ++seed) Put(*a, Prompt(seed, 16 * 8), WireTier::kDevice);
+  auto where = b->Lookup(first);
+  ASSERT_EQ(where->tiers.size(), 8u);
+  EXPECT_EQ(where->tiers[0], WireTier::kHost);
+  auto lease = b->Acquire(first, WireTier::kHost);
+  ASSERT_EQ(lease->size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(Matches(lease->Bytes(i), first[i]));
+  ASSERT_TRUE(lease->Release().ok());
+  // And promoted back into the device on request, bytes intact.
+  auto on_device = b->Acquire(first, WireTier::kDevice);
+  ASSERT_EQ(on_device->size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(Matches(on_device->Bytes(i), first[i]));
+}
+
+TEST_F(IntegrationTest, SixtyFourConcurrentClientsNeverReadAWrongByte) {
+  // A small host tier, so the run evicts while it reads and writes.
+  Start({"--host-capacity", "4MiB", "--host-slab", "1MiB"});
+  constexpr int kClients = 64;
+  constexpr int kRounds = 100;
+  std::atomic<int> errors{0}, verified{0}, connected{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&, t] {
+      auto c = Connect();
+      if (!c) {
+        ++errors;
+        return;
+      }
+      ++connected;
+      std::mt19937 rng(static_cast<uint32_t>(t));
+      for (int round = 0; round < kRounds; ++round) {
+        // 80 prompts shared by all clients, so hits cross sessions; their
+        // blocks (up to 15 MiB) overflow the 4 MiB tier.
+        const auto tokens = Prompt(static_cast<uint32_t>(rng() % 80), 16 * (1 + rng() % 12));
+        const auto keys = c->Keys(tokens);
+        switch (rng() % 5) {
+          case 0: {
+            auto w = c->Allocate(keys);
+            if (!w.ok()) {
+              if (w.status().code() != StatusCode::kResourceExhausted) ++errors;
+              break;
+            }
+            for (size_t i = 0; i < w->size(); ++i) {
+              if (w->state(i) == WireWriteState::kAllocated) Fill(w->Bytes(i), keys[i]);
+            }
+            if (!(rng() % 8 ? w->Commit() : w->Abort()).ok()) ++errors;
+            break;
+          }
+          case 1: {
+            std::vector<std::byte> data(keys.size() * c->block_bytes());
+            for (size_t i = 0; i < keys.size(); ++i) {
+              Fill(std::span(data).subspan(i * c->block_bytes(), c->block_bytes()), keys[i]);
+            }
+            auto put = c->PutInline(keys, data);
+            if (!put.ok() && put.status().code() != StatusCode::kResourceExhausted) ++errors;
+            break;
+          }
+          case 2: {
+            auto lease = c->Acquire(keys);
+            if (!lease.ok()) {
+              ++errors;
+              break;
+            }
+            for (size_t i = 0; i < lease->size(); ++i) {
+              if (!Matches(lease->Bytes(i), keys[i])) ++errors;
+              ++verified;
+            }
+            break;
+          }
+          case 3: {
+            auto got = c->GetInline(keys);
+            if (!got.ok()) {
+              ++errors;
+              break;
+            }
+            for (size_t i = 0; i < got->hits; ++i) {
+              const auto bytes =
+                  std::span(got->data).subspan(i * c->block_bytes(), c->block_bytes());
+              if (!Matches(bytes, keys[i])) ++errors;
+              ++verified;
+            }
+            break;
+          }
+          default:
+            if (!c->Lookup(keys).ok()) ++errors;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(connected.load(), kClients);
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(verified.load(), 1000);
+  auto c = Connect();
+  auto s = StatsOf(*c);
+  EXPECT_EQ(s["open_leases"], "0");
+  EXPECT_EQ(s["open_allocations"], "0");
+  EXPECT_EQ(s["tier.host.pinned_blocks"], "0");
+  EXPECT_EQ(s["request_errors"], "0");
+  EXPECT_NE(s["tier.host.evictions"], "0");
+  EXPECT_TRUE(daemon_->Alive());
+}
+
+}  // namespace
+}  // namespace kvtier::testing
