@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include "eviction/eviction_policy.h"
@@ -111,6 +112,7 @@ Status DaemonConfig::Validate() const {
   if (max_keys == 0 || max_keys > 65536) {
     return InvalidArgumentError("max_keys must be between 1 and 65536");
   }
+  if (busy_poll_us > 10'000) return InvalidArgumentError("busy_poll_us must be at most 10000");
   if (copy_threads == 0 || copy_threads > 64) {
     return InvalidArgumentError("copy_threads must be between 1 and 64");
   }
@@ -158,14 +160,15 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   KVTIER_ASSIGN_OR_RETURN(const toml::table* server, section("server"));
   if (server != nullptr) {
     const toml::table& t = *server;
-    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
-        t, path, "server",
-        {"socket", "socket_mode", "max_payload", "max_keys", "copy_threads", "secret"}));
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(t, path, "server",
+                                          {"socket", "socket_mode", "max_payload", "max_keys",
+                                           "copy_threads", "busy_poll_us", "secret"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket", String(&c.socket_path)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_mode", Mode(&c.socket_mode)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_payload", Bytes(&c.max_payload_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_keys", Uint32(&c.max_keys)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "copy_threads", Uint32(&c.copy_threads)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "busy_poll_us", Uint32(&c.busy_poll_us)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "secret", String(&c.secret_hex)));
   }
   KVTIER_ASSIGN_OR_RETURN(const toml::table* host, section("host"));
@@ -203,12 +206,15 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
       device_mode, device_capacity, device_policy;
   uint32_t max_keys = 0, copy_threads = 0;
+  std::optional<uint32_t> busy_poll_us;
   bool no_reserve = false;
   app.add_option("--socket", socket, "Unix socket path [/run/kvtier/kvtierd.sock]");
   app.add_option("--socket-mode", socket_mode, "socket file mode, octal [0660]");
   app.add_option("--max-payload", max_payload, "largest frame payload [64MiB]");
   app.add_option("--max-keys", max_keys, "most keys per request [65536]");
   app.add_option("--copy-threads", copy_threads, "threads copying inline bytes [2]");
+  app.add_option("--busy-poll-us", busy_poll_us,
+                 "poll this long after work before sleeping, 0 = off [50]");
   app.add_option("--secret", secret, "master secret, 32+ hex digits [random per start]");
   app.add_option("--host-capacity", host_capacity, "host tier bytes [1GiB]");
   app.add_option("--host-slab", host_slab, "host tier slab bytes [64MiB]");
@@ -259,6 +265,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   }
   if (max_keys != 0) c.max_keys = max_keys;
   if (copy_threads != 0) c.copy_threads = copy_threads;
+  if (busy_poll_us) c.busy_poll_us = *busy_poll_us;
   if (!secret.empty()) c.secret_hex = secret;
   if (!host_policy.empty()) c.host_policy = host_policy;
   if (no_reserve) c.host_reserve_memory = false;

@@ -1,5 +1,6 @@
 // kvtierd: parses the configuration, builds the tiers and the engine, serves
 // the socket until SIGINT or SIGTERM, then tears down in reverse order.
+#include <chrono>
 #include <csignal>
 
 #include "daemon/asio.h"
@@ -25,6 +26,19 @@ Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c) {
   options.host_policy = c.host_policy;
   options.device_policy = c.device_policy;
   return tiers::CacheEngine::Create(options, std::move(device), std::move(host));
+}
+
+// io_context::run(), but after each burst of work the thread keeps polling
+// for `busy_poll` before it blocks (see DaemonConfig::busy_poll_us).
+void RunLoop(asio::io_context& io, std::chrono::microseconds busy_poll) {
+  using Clock = std::chrono::steady_clock;
+  while (io.run_one() > 0) {
+    auto until = Clock::now() + busy_poll;
+    while (busy_poll.count() > 0 && Clock::now() < until) {
+      if (io.poll() > 0) until = Clock::now() + busy_poll;
+      if (io.stopped()) return;
+    }
+  }
 }
 
 int Run(const DaemonConfig& config) {
@@ -60,7 +74,8 @@ int Run(const DaemonConfig& config) {
     (*server)->Stop();
   });
   (*server)->Start();
-  io.run();  // returns once the server and every session have stopped
+  // Returns once the server and every session have stopped.
+  RunLoop(io, std::chrono::microseconds(config.busy_poll_us));
 
   server->reset();
   copy_pool.join();

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <bit>
 #include <cerrno>
 #include <cstring>
 
@@ -33,6 +34,21 @@ ssize_t SendWithFds(int sock, std::span<const std::byte> frame, const std::vecto
   return n >= 0 ? n : -errno;
 }
 
+// Bytes asked of each read: a few requests' worth, or one big header.
+constexpr size_t kReadChunk = 64 * 1024;
+
+// What can be read of a header that failed to decode, so the error reply
+// can still name the request.
+static_assert(std::endian::native == std::endian::little, "the wire is little-endian");
+protocol::FrameHeader RawHeader(std::span<const std::byte> header) {
+  protocol::FrameHeader raw;
+  uint16_t op = 0;
+  std::memcpy(&raw.request_id, header.data() + 8, 8);
+  std::memcpy(&op, header.data() + 6, 2);
+  raw.opcode = static_cast<protocol::Opcode>(op);
+  return raw;
+}
+
 }  // namespace
 
 Session::Session(asio::local::stream_protocol::socket socket, Service& service,
@@ -46,12 +62,13 @@ void Session::Stop() {
   socket_.shutdown(asio::socket_base::shutdown_receive, ignored);
 }
 
-asio::awaitable<Status> Session::Send(const Reply& reply) {
-  std::span<const std::byte> frame(reply.frame);
-  if (!reply.fds.empty()) {
+asio::awaitable<Status> Session::Send(std::span<const std::byte> frame,
+                                      const std::vector<int>& fds) {
+  if (frame.empty()) co_return Status::Ok();
+  if (!fds.empty()) {
     // The fds travel with the first byte; retry until the kernel takes it.
     for (;;) {
-      const ssize_t n = SendWithFds(socket_.native_handle(), frame, reply.fds);
+      const ssize_t n = SendWithFds(socket_.native_handle(), frame, fds);
       if (n > 0) {
         frame = frame.subspan(static_cast<size_t>(n));
         break;
@@ -76,38 +93,75 @@ asio::awaitable<void> Session::Run(std::shared_ptr<Session> self) { co_await sel
 
 asio::awaitable<void> Session::Serve() {
   state_.id = service_.OpenSession();
-  std::array<std::byte, protocol::kHeaderBytes> header;
-  std::vector<std::byte> payload;
-  Reply reply;
-  while (!stopping_) {
-    boost::system::error_code ec;
-    co_await asio::async_read(socket_, asio::buffer(header),
-                              asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) break;  // the peer left, or Stop()
-    reply = Reply{};
-    auto h = protocol::DecodeHeader(header, static_cast<uint32_t>(config_.max_payload_bytes));
-    if (!h) {
-      // Echo what can be read of the header so the client can match it.
-      protocol::FrameHeader raw;
-      std::memcpy(&raw.request_id, header.data() + 8, 8);
-      uint16_t op;
-      std::memcpy(&op, header.data() + 6, 2);
-      raw.opcode = static_cast<protocol::Opcode>(op);
-      service_.Malformed(raw, h.status(), &reply);
-    } else {
-      payload.resize(h->payload_bytes);
-      co_await asio::async_read(socket_, asio::buffer(payload),
-                                asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) break;  // truncated frame: the peer left mid-request
-      auto request = protocol::DecodeRequest(*h, payload, config_.max_keys);
-      if (!request) {
-        service_.Malformed(*h, request.status(), &reply);
+  const auto max_payload = static_cast<uint32_t>(config_.max_payload_bytes);
+  // Input is read in chunks and parsed from a buffer, so one read syscall
+  // serves a whole header and payload, or several pipelined requests; their
+  // replies leave in one write.
+  std::vector<std::byte> in(kReadChunk);
+  size_t begin = 0, end = 0;
+  std::vector<std::byte> out;
+  bool closing = false;
+  while (!closing) {
+    while (!closing && end - begin >= protocol::kHeaderBytes) {
+      const std::span<const std::byte> header(in.data() + begin, protocol::kHeaderBytes);
+      Reply reply;
+      auto h = protocol::DecodeHeader(header, max_payload);
+      if (!h) {
+        service_.Malformed(RawHeader(header), h.status(), &reply);
       } else {
-        co_await service_.Handle(state_, *h, *request, &reply);
+        const size_t frame = protocol::kHeaderBytes + h->payload_bytes;
+        if (end - begin < frame) {
+          // Make room for the rest of this frame, then read it.
+          if (in.size() - begin < frame) {
+            std::memmove(in.data(), in.data() + begin, end - begin);
+            end -= begin;
+            begin = 0;
+            if (in.size() < frame) in.resize(frame);
+          }
+          break;
+        }
+        const auto payload =
+            std::span(in).subspan(begin + protocol::kHeaderBytes, h->payload_bytes);
+        auto request = protocol::DecodeRequest(*h, payload, config_.max_keys);
+        if (!request) {
+          service_.Malformed(*h, request.status(), &reply);
+        } else {
+          co_await service_.Handle(state_, *h, *request, &reply);
+        }
+        begin += frame;
       }
+      closing = reply.close;
+      if (reply.fds.empty()) {
+        out.insert(out.end(), reply.frame.begin(), reply.frame.end());
+        continue;
+      }
+      // A reply with fds goes alone, after what was queued before it.
+      if (!(co_await Send(out, {})).ok() || !(co_await Send(reply.frame, reply.fds)).ok()) {
+        closing = true;
+      }
+      out.clear();
     }
-    const Status sent = co_await Send(reply);
-    if (!sent.ok() || reply.close) break;
+    if (!out.empty()) {
+      if (!(co_await Send(out, {})).ok()) break;
+      out.clear();
+    }
+    if (closing || stopping_) break;
+
+    if (begin == end) {
+      begin = end = 0;
+      // Do not keep a large frame's buffer for an idle connection.
+      if (in.size() > 4 * kReadChunk) in.assign(kReadChunk, std::byte{0});
+    } else if (end == in.size()) {
+      std::memmove(in.data(), in.data() + begin, end - begin);
+      end -= begin;
+      begin = 0;
+    }
+    boost::system::error_code ec;
+    const size_t n =
+        co_await socket_.async_read_some(asio::buffer(in.data() + end, in.size() - end),
+                                         asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;  // the peer left (perhaps mid-frame), or Stop()
+    end += n;
   }
   boost::system::error_code ignored;
   socket_.close(ignored);

@@ -23,7 +23,8 @@ class Session {
 
  private:
   asio::awaitable<void> Serve();
-  asio::awaitable<Status> Send(const Reply& reply);
+  // Writes `frame` whole, with `fds` attached to its first byte.
+  asio::awaitable<Status> Send(std::span<const std::byte> frame, const std::vector<int>& fds);
 
   asio::local::stream_protocol::socket socket_;
   Service& service_;

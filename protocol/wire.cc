@@ -5,8 +5,10 @@
 #include "protocol/wire.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <charconv>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -133,7 +135,7 @@ Status ReadOptionalKey(ByteReader& r, std::string_view field, std::optional<Bloc
 // before anything is allocated for them.
 Status ReadCount(ByteReader& r, std::string_view what, uint32_t max, size_t item_bytes,
                  uint32_t* count) {
-  KVTIER_RETURN_IF_ERROR(r.U32(std::string(what) + " count", count));
+  KVTIER_RETURN_IF_ERROR(r.U32(what, count));
   if (*count > max) {
     return InvalidArgumentError("too many " + std::string(what) + " (" + Num(*count) + " > " +
                                 Num(max) + ")");
@@ -151,8 +153,17 @@ Status ReadCount(ByteReader& r, std::string_view what, uint32_t max, size_t item
 Status ReadKeys(ByteReader& r, uint32_t max_keys, std::vector<BlockKey>* keys) {
   uint32_t count = 0;
   KVTIER_RETURN_IF_ERROR(ReadCount(r, "keys", max_keys, kKeyBytes, &count));
+  std::span<const std::byte> bytes;
+  KVTIER_RETURN_IF_ERROR(r.Bytes("keys", size_t{count} * kKeyBytes, &bytes));
+  // One bounds check for the whole array, then fixed-size loads: this loop
+  // is the hot path of every LOOKUP, ACQUIRE and ALLOCATE.
   keys->resize(count);
-  for (BlockKey& k : *keys) KVTIER_RETURN_IF_ERROR(ReadKey(r, "key", &k));
+  static_assert(std::endian::native == std::endian::little,
+                "keys are copied as host integers; a big-endian port must swap");
+  for (size_t i = 0; i < count; ++i) {
+    std::memcpy(&(*keys)[i].lo, bytes.data() + i * kKeyBytes, 8);
+    std::memcpy(&(*keys)[i].hi, bytes.data() + i * kKeyBytes + 8, 8);
+  }
   return Status::Ok();
 }
 

@@ -48,6 +48,7 @@ socket_mode = "0600"
 max_payload = "8MiB"
 max_keys = 1024
 copy_threads = 3
+busy_poll_us = 0
 secret = "00112233445566778899aabbccddeeff"
 [host]
 capacity = "2GiB"
@@ -65,6 +66,7 @@ policy = "lru"
   EXPECT_EQ(c->max_payload_bytes, 8 * kMiB);
   EXPECT_EQ(c->max_keys, 1024u);
   EXPECT_EQ(c->copy_threads, 3u);
+  EXPECT_EQ(c->busy_poll_us, 0u);
   EXPECT_EQ(c->host_capacity_bytes, 2 * kGiB);
   EXPECT_EQ(c->host_slab_bytes, 16 * kMiB);
   EXPECT_FALSE(c->host_reserve_memory);
@@ -107,6 +109,7 @@ TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
   EXPECT_EQ(c->max_payload_bytes, d.max_payload_bytes);
   EXPECT_EQ(c->max_keys, d.max_keys);
   EXPECT_EQ(c->copy_threads, d.copy_threads);
+  EXPECT_EQ(c->busy_poll_us, d.busy_poll_us);
   EXPECT_EQ(c->host_capacity_bytes, d.host_capacity_bytes);
   EXPECT_EQ(c->host_slab_bytes, d.host_slab_bytes);
   EXPECT_EQ(c->host_reserve_memory, d.host_reserve_memory);
