@@ -71,8 +71,9 @@ Client::~Client() {
 Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<Client> client(new Client(options));
-  KVTIER_ASSIGN_OR_RETURN(client->conn_,
-                          internal::Connection::Open(options.socket_path, options.io_timeout_ms));
+  KVTIER_ASSIGN_OR_RETURN(
+      client->conn_,
+      internal::Connection::Open(options.socket_path, options.io_timeout_ms, options.busy_poll_us));
   KVTIER_RETURN_IF_ERROR(client->Hello());
   return client;
 }
@@ -162,7 +163,7 @@ Status Client::CheckKeys(std::span<const BlockKey> keys) const {
   return Status::Ok();
 }
 
-Result<std::vector<std::byte>> Client::Call(Opcode op, uint64_t id, uint16_t* flags) {
+Result<std::span<const std::byte>> Client::Call(Opcode op, uint64_t id, uint16_t* flags) {
   if (conn_->broken()) return conn_->BrokenError();
   if (tx_.size() - protocol::kHeaderBytes > session_.max_payload_bytes) {
     return InvalidArgumentError(std::string(protocol::OpcodeName(op)) + " request of " +
@@ -172,14 +173,15 @@ Result<std::vector<std::byte>> Client::Call(Opcode op, uint64_t id, uint16_t* fl
   Status sent = conn_->Send(tx_);
   if (tx_.capacity() > kKeepTxBytes) tx_ = {};
   KVTIER_RETURN_IF_ERROR(sent);
-  KVTIER_ASSIGN_OR_RETURN(internal::Frame frame, conn_->Receive());
-  if (flags != nullptr) *flags = frame.header.flags;
-  return CheckReply(op, id, frame.header, std::move(frame.payload));
+  KVTIER_RETURN_IF_ERROR(ReadDeferredReplies());
+  KVTIER_ASSIGN_OR_RETURN(const internal::Frame* frame, conn_->Receive());
+  if (flags != nullptr) *flags = frame->header.flags;
+  return CheckReply(op, id, frame->header, frame->payload);
 }
 
-Result<std::vector<std::byte>> Client::CheckReply(Opcode op, uint64_t id,
-                                                  const protocol::FrameHeader& header,
-                                                  std::vector<std::byte> payload) {
+Result<std::span<const std::byte>> Client::CheckReply(Opcode op, uint64_t id,
+                                                      const protocol::FrameHeader& header,
+                                                      std::span<const std::byte> payload) {
   if ((header.flags & protocol::kFlagReply) == 0 || header.opcode != op ||
       header.request_id != id) {
     return conn_->Break(InvalidArgumentError(
@@ -224,12 +226,13 @@ Result<std::vector<protocol::LookupReply>> Client::LookupMany(
     sent_chain.push_back(i);
   }
   if (sent_chain.empty()) return replies;
+  KVTIER_RETURN_IF_ERROR(ReadDeferredReplies());
   if (conn_->broken()) return conn_->BrokenError();
   size_t n = 0;
-  Status s = conn_->Pipeline(tx_, sent_chain.size(), [&](internal::Frame&& frame) -> Status {
+  Status s = conn_->Pipeline(tx_, sent_chain.size(), [&](const internal::Frame& frame) -> Status {
     const size_t chain = sent_chain[n];
-    KVTIER_ASSIGN_OR_RETURN(auto payload, CheckReply(Opcode::kLookup, first_id + n++, frame.header,
-                                                     std::move(frame.payload)));
+    KVTIER_ASSIGN_OR_RETURN(
+        auto payload, CheckReply(Opcode::kLookup, first_id + n++, frame.header, frame.payload));
     auto reply = protocol::DecodeLookupReply(payload);
     if (!reply.ok()) return Malformed(Opcode::kLookup, reply.status());
     if (reply->tiers.size() > chains[chain].size()) {
@@ -364,18 +367,26 @@ Result<protocol::PutReply> Client::PutInline(std::span<const BlockKey> keys,
 }
 
 Result<protocol::GetReply> Client::GetInline(std::span<const BlockKey> keys) {
-  if (keys.empty()) return protocol::GetReply{};
+  protocol::GetReply reply;
+  KVTIER_RETURN_IF_ERROR(GetInline(keys, &reply));
+  return reply;
+}
+
+Status Client::GetInline(std::span<const BlockKey> keys, protocol::GetReply* reply) {
+  reply->hits = 0;
+  reply->data.clear();
+  if (keys.empty()) return Status::Ok();
   KVTIER_RETURN_IF_ERROR(CheckKeys(keys));
   const uint64_t id = NextId();
   tx_.clear();
   protocol::EncodeKeys(Opcode::kGet, id, keys, &tx_);
   KVTIER_ASSIGN_OR_RETURN(auto payload, Call(Opcode::kGet, id));
-  auto reply = protocol::DecodeGetReply(payload, block_bytes());
-  if (!reply.ok()) return Malformed(Opcode::kGet, reply.status());
+  Status decoded = protocol::DecodeGetReplyInto(payload, block_bytes(), reply);
+  if (!decoded.ok()) return Malformed(Opcode::kGet, decoded);
   if (reply->hits > keys.size() || reply->data.size() != reply->hits * block_bytes()) {
     return Malformed(Opcode::kGet, InvalidArgumentError("hits and data do not match the keys"));
   }
-  return reply;
+  return Status::Ok();
 }
 
 Result<uint64_t> Client::Remove(std::span<const BlockKey> keys) {
@@ -403,6 +414,26 @@ Result<std::vector<std::pair<std::string, std::string>>> Client::Stats() {
 Status Client::Commit(uint64_t allocation_id) { return Handle(Opcode::kCommit, allocation_id); }
 Status Client::Abort(uint64_t allocation_id) { return Handle(Opcode::kAbort, allocation_id); }
 Status Client::Release(uint64_t lease_id) { return Handle(Opcode::kRelease, lease_id); }
+
+Status Client::ReleaseDeferred(uint64_t lease_id) {
+  if (conn_->broken()) return conn_->BrokenError();
+  const uint64_t id = NextId();
+  std::vector<std::byte> frame;
+  protocol::EncodeHandle(Opcode::kRelease, id, lease_id, &frame);
+  KVTIER_RETURN_IF_ERROR(conn_->Send(frame));
+  deferred_releases_.push_back(id);
+  return Status::Ok();
+}
+
+Status Client::ReadDeferredReplies() {
+  for (const uint64_t id : std::exchange(deferred_releases_, {})) {
+    KVTIER_ASSIGN_OR_RETURN(const internal::Frame* frame, conn_->Receive());
+    auto payload = CheckReply(Opcode::kRelease, id, frame->header, frame->payload);
+    if (!payload.ok() && conn_->broken()) return payload.status();
+    payload.status().IgnoreError();  // see ReleaseDeferred
+  }
+  return Status::Ok();
+}
 
 Status Client::Handle(Opcode op, uint64_t handle_id) {
   const uint64_t id = NextId();

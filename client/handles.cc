@@ -84,7 +84,7 @@ std::span<const std::byte> ReadLease::Bytes(size_t i) const {
 
 Status ReadLease::Release() {
   if (!held()) return FailedPreconditionError("the lease was released already");
-  return std::exchange(client_, nullptr)->Release(id_);
+  return std::exchange(client_, nullptr)->ReleaseDeferred(id_);
 }
 
 }  // namespace kvtier::client

@@ -214,7 +214,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--max-keys", max_keys, "most keys per request [65536]");
   app.add_option("--copy-threads", copy_threads, "threads copying inline bytes [2]");
   app.add_option("--busy-poll-us", busy_poll_us,
-                 "poll this long after work before sleeping, 0 = off [50]");
+                 "poll this long after work before sleeping, 0 = off [200]");
   app.add_option("--secret", secret, "master secret, 32+ hex digits [random per start]");
   app.add_option("--host-capacity", host_capacity, "host tier bytes [1GiB]");
   app.add_option("--host-slab", host_slab, "host tier slab bytes [64MiB]");

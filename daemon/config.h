@@ -29,7 +29,7 @@ struct DaemonConfig {
   // before it sleeps, so a worker's next request finds it awake: a wake-up
   // across CPUs costs tens of microseconds, more than a request. Burns at
   // most this much CPU per burst of traffic; 0 turns it off.
-  uint32_t busy_poll_us = 50;
+  uint32_t busy_poll_us = 200;
   // 32+ bytes, hex: the master secret namespace secrets derive from. Empty:
   // a random one per start (keys then change across restarts, which is
   // harmless while nothing is kept across restarts).

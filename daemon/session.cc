@@ -100,11 +100,17 @@ asio::awaitable<void> Session::Serve() {
   std::vector<std::byte> in(kReadChunk);
   size_t begin = 0, end = 0;
   std::vector<std::byte> out;
+  // Reused for every request, so large replies (inline GET) allocate and
+  // fault their pages in once, not per request.
+  Reply reply;
+  size_t small_frames = 0;  // since the last one that grew `in`
   bool closing = false;
   while (!closing) {
     while (!closing && end - begin >= protocol::kHeaderBytes) {
       const std::span<const std::byte> header(in.data() + begin, protocol::kHeaderBytes);
-      Reply reply;
+      reply.frame.clear();
+      reply.fds.clear();
+      reply.close = false;
       auto h = protocol::DecodeHeader(header, max_payload);
       if (!h) {
         service_.Malformed(RawHeader(header), h.status(), &reply);
@@ -117,6 +123,7 @@ asio::awaitable<void> Session::Serve() {
             end -= begin;
             begin = 0;
             if (in.size() < frame) in.resize(frame);
+            small_frames = 0;
           }
           break;
         }
@@ -131,11 +138,13 @@ asio::awaitable<void> Session::Serve() {
         begin += frame;
       }
       closing = reply.close;
-      if (reply.fds.empty()) {
+      ++small_frames;
+      if (reply.fds.empty() && reply.frame.size() < kReadChunk) {
         out.insert(out.end(), reply.frame.begin(), reply.frame.end());
         continue;
       }
-      // A reply with fds goes alone, after what was queued before it.
+      // A reply with fds, or a large one (not worth a copy), goes alone,
+      // after what was queued before it.
       if (!(co_await Send(out, {})).ok() || !(co_await Send(reply.frame, reply.fds)).ok()) {
         closing = true;
       }
@@ -149,8 +158,9 @@ asio::awaitable<void> Session::Serve() {
 
     if (begin == end) {
       begin = end = 0;
-      // Do not keep a large frame's buffer for an idle connection.
-      if (in.size() > 4 * kReadChunk) in.assign(kReadChunk, std::byte{0});
+      // Keep a buffer grown for large frames while they keep coming; give
+      // it back once the connection has gone back to small requests.
+      if (in.size() > 4 * kReadChunk && small_frames > 64) in.assign(kReadChunk, std::byte{0});
     } else if (end == in.size()) {
       std::memmove(in.data(), in.data() + begin, end - begin);
       end -= begin;

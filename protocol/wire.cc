@@ -660,21 +660,30 @@ Result<PutReply> DecodePutReply(std::span<const std::byte> payload) {
   });
 }
 
-Result<GetReply> DecodeGetReply(std::span<const std::byte> payload, uint64_t block_bytes) {
-  return DecodeReply<GetReply>("GET", payload, [block_bytes](ByteReader& r, GetReply* m) {
-    KVTIER_RETURN_IF_ERROR(r.U32("hits", &m->hits));
+Status DecodeGetReplyInto(std::span<const std::byte> payload, uint64_t block_bytes, GetReply* out) {
+  ByteReader r(payload);
+  Status s = r.U32("hits", &out->hits);
+  if (s.ok()) {
     const uint64_t size = r.remaining();
-    const bool whole = m->hits == 0 ? size == 0
-                                    : block_bytes != 0 && block_bytes <= size / m->hits &&
-                                          m->hits * block_bytes == size;
-    if (!whole) {
-      return InvalidArgumentError("data of " + Num(size) + " bytes is not " + Num(m->hits) +
-                                  " blocks of " + Num(block_bytes) + " bytes");
+    const bool whole = out->hits == 0 ? size == 0
+                                      : block_bytes != 0 && block_bytes <= size / out->hits &&
+                                            out->hits * block_bytes == size;
+    if (whole) {
+      auto data = r.Rest();
+      out->data.assign(data.begin(), data.end());
+    } else {
+      s = InvalidArgumentError("data of " + Num(size) + " bytes is not " + Num(out->hits) +
+                               " blocks of " + Num(block_bytes) + " bytes");
     }
-    auto data = r.Rest();
-    m->data.assign(data.begin(), data.end());
-    return Status::Ok();
-  });
+  }
+  if (!s.ok()) return s.WithContext("GET reply");
+  return Status::Ok();
+}
+
+Result<GetReply> DecodeGetReply(std::span<const std::byte> payload, uint64_t block_bytes) {
+  GetReply m;
+  KVTIER_RETURN_IF_ERROR(DecodeGetReplyInto(payload, block_bytes, &m));
+  return m;
 }
 
 Result<CountReply> DecodeCountReply(std::span<const std::byte> payload) {

@@ -134,9 +134,8 @@ void EncodeAllocate(uint64_t request_id, const AllocateRequest& r, std::vector<s
 // COMMIT, ABORT or RELEASE.
 void EncodeHandle(Opcode op, uint64_t request_id, uint64_t id, std::vector<std::byte>* out);
 void EncodeAcquire(uint64_t request_id, const AcquireRequest& r, std::vector<std::byte>* out);
-void EncodePut(uint64_t request_id, std::optional<BlockKey> parent,
-               std::span<const BlockKey> keys, std::span<const std::byte> data,
-               std::vector<std::byte>* out);
+void EncodePut(uint64_t request_id, std::optional<BlockKey> parent, std::span<const BlockKey> keys,
+               std::span<const std::byte> data, std::vector<std::byte>* out);
 void EncodeStats(uint64_t request_id, std::vector<std::byte>* out);
 
 // Decodes the payload of a request whose header was accepted. Checks every
@@ -153,10 +152,10 @@ struct HelloReply {
   uint64_t session_id = 0;
   uint32_t namespace_id = 0;
   uint64_t block_bytes = 0;
-  uint64_t slot_bytes = 0;            // a block's slot in the host arena
-  uint64_t host_arena_bytes = 0;      // size to mmap of the first fd
+  uint64_t slot_bytes = 0;        // a block's slot in the host arena
+  uint64_t host_arena_bytes = 0;  // size to mmap of the first fd
   DeviceKind device = DeviceKind::kNone;
-  uint64_t device_arena_bytes = 0;    // size to mmap of the second fd (emulated)
+  uint64_t device_arena_bytes = 0;  // size to mmap of the second fd (emulated)
   uint32_t max_keys = kMaxKeys;
   uint32_t max_payload_bytes = kMaxPayloadBytes;
   // Keys of this namespace are hashed with it (prefix_index::KeyHasher).
@@ -204,20 +203,18 @@ struct StatsReply {
 void EncodeHelloReply(uint64_t request_id, const HelloReply& r, bool fds,
                       std::vector<std::byte>* out);
 void EncodeLookupReply(uint64_t request_id, const LookupReply& r, std::vector<std::byte>* out);
-void EncodeAllocateReply(uint64_t request_id, const AllocateReply& r,
-                         std::vector<std::byte>* out);
+void EncodeAllocateReply(uint64_t request_id, const AllocateReply& r, std::vector<std::byte>* out);
 void EncodeAcquireReply(uint64_t request_id, const AcquireReply& r, std::vector<std::byte>* out);
 void EncodePutReply(uint64_t request_id, const PutReply& r, std::vector<std::byte>* out);
 // Writes GET's header and `hits`, and reserves hits x block_bytes for the
 // data, returned as a span to fill (so the daemon copies blocks straight in).
-std::span<std::byte> EncodeGetReplyPrefix(uint64_t request_id, uint32_t hits,
-                                          uint64_t block_bytes, std::vector<std::byte>* out);
+std::span<std::byte> EncodeGetReplyPrefix(uint64_t request_id, uint32_t hits, uint64_t block_bytes,
+                                          std::vector<std::byte>* out);
 void EncodeCountReply(Opcode op, uint64_t request_id, const CountReply& r,
                       std::vector<std::byte>* out);
 void EncodeStatsReply(uint64_t request_id, const StatsReply& r, std::vector<std::byte>* out);
 // An error reply: status != OK, payload = the message (truncated to 4 KiB).
-void EncodeError(Opcode op, uint64_t request_id, const Status& status,
-                 std::vector<std::byte>* out);
+void EncodeError(Opcode op, uint64_t request_id, const Status& status, std::vector<std::byte>* out);
 
 // Client side: decode a reply's payload (the header was decoded already and
 // status == 0). InvalidArgument/Corruption-free: a malformed reply is
@@ -229,6 +226,8 @@ Result<AcquireReply> DecodeAcquireReply(std::span<const std::byte> payload);
 Result<PutReply> DecodePutReply(std::span<const std::byte> payload);
 // `data` of the result is copied out of the payload.
 Result<GetReply> DecodeGetReply(std::span<const std::byte> payload, uint64_t block_bytes);
+// The same into `out`, reusing the capacity of out->data.
+Status DecodeGetReplyInto(std::span<const std::byte> payload, uint64_t block_bytes, GetReply* out);
 Result<CountReply> DecodeCountReply(std::span<const std::byte> payload);
 Result<StatsReply> DecodeStatsReply(std::span<const std::byte> payload);
 // The Status an error reply carries (code from the header, message from the payload).

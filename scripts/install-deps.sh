@@ -15,6 +15,7 @@ packages=(
   libtomlplusplus-dev # configuration file (TOML)
   libcli11-dev        # command-line flags of kvtierd and kvtier
   redis-server        # the peer the control- and data-plane benchmarks compare against
+  bc                  # arithmetic in bench/daemon_vs_peers.sh
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

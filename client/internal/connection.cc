@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -48,7 +49,8 @@ int FinishInterruptedConnect(int fd) {
 }  // namespace
 
 Result<std::unique_ptr<Connection>> Connection::Open(const std::string& path,
-                                                     uint32_t io_timeout_ms) {
+                                                     uint32_t io_timeout_ms,
+                                                     uint32_t busy_poll_us) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
@@ -59,7 +61,7 @@ Result<std::unique_ptr<Connection>> Connection::Open(const std::string& path,
 
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return UnavailableError("kvtierd at " + path + ": socket: " + ErrnoText(errno));
-  std::unique_ptr<Connection> conn(new Connection(fd, path, io_timeout_ms));
+  std::unique_ptr<Connection> conn(new Connection(fd, path, io_timeout_ms, busy_poll_us));
   KVTIER_RETURN_IF_ERROR(SetTimeouts(fd, io_timeout_ms));
   // sockaddr_un is what connect() takes; the cast is the sockets API.
   const auto* sa = reinterpret_cast<const sockaddr*>(&addr);
@@ -73,8 +75,8 @@ Result<std::unique_ptr<Connection>> Connection::Open(const std::string& path,
   return conn;
 }
 
-Connection::Connection(int fd, std::string path, uint32_t io_timeout_ms)
-    : fd_(fd), path_(std::move(path)), io_timeout_ms_(io_timeout_ms) {}
+Connection::Connection(int fd, std::string path, uint32_t io_timeout_ms, uint32_t busy_poll_us)
+    : fd_(fd), path_(std::move(path)), io_timeout_ms_(io_timeout_ms), busy_poll_us_(busy_poll_us) {}
 
 Connection::~Connection() {
   for (int fd : fds_) close(fd);
@@ -180,16 +182,24 @@ Status Connection::ReadSome(bool dont_wait, bool* done) {
   return Status::Ok();
 }
 
-Result<Frame> Connection::Receive() {
+Result<const Frame*> Connection::Receive() {
   if (broken()) return BrokenError();
   bool done = false;
+  // Poll first: a reply usually comes within microseconds, and sleeping
+  // costs a wake-up across CPUs that is longer than the request itself.
+  if (busy_poll_us_ > 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(busy_poll_us_);
+    while (!done && std::chrono::steady_clock::now() < until) {
+      KVTIER_RETURN_IF_ERROR(ReadSome(/*dont_wait=*/true, &done));
+    }
+  }
   while (!done) KVTIER_RETURN_IF_ERROR(ReadSome(/*dont_wait=*/false, &done));
   payload_have_ = 0;
-  return std::exchange(frame_, Frame{});
+  return &frame_;
 }
 
 Status Connection::Pipeline(std::span<const std::byte> bytes, size_t replies,
-                            const std::function<Status(Frame&&)>& on_reply) {
+                            const std::function<Status(const Frame&)>& on_reply) {
   if (broken()) return BrokenError();
   Status first_error;
   size_t sent = 0;
@@ -220,7 +230,7 @@ Status Connection::Pipeline(std::span<const std::byte> bytes, size_t replies,
       // Every reply came before all requests were sent: the stream is out of step.
       return Break(InvalidArgumentError("kvtierd at " + path_ + ": more replies than requests"));
     }
-    Status s = on_reply(std::exchange(frame_, Frame{}));
+    Status s = on_reply(frame_);
     if (first_error.ok() && !s.ok()) first_error = std::move(s);
   }
   return first_error;

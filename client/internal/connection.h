@@ -35,23 +35,27 @@ struct Frame {
 class Connection {
  public:
   // Connects to the Unix socket at `path`. `io_timeout_ms` bounds each wait
-  // for the socket (0: wait forever).
-  static Result<std::unique_ptr<Connection>> Open(const std::string& path, uint32_t io_timeout_ms);
+  // for the socket (0: wait forever). Receive() polls for a reply for up to
+  // `busy_poll_us` before it sleeps.
+  static Result<std::unique_ptr<Connection>> Open(const std::string& path, uint32_t io_timeout_ms,
+                                                  uint32_t busy_poll_us = 0);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
   // Writes all of `bytes`.
   Status Send(std::span<const std::byte> bytes);
-  // Reads one whole frame.
-  Result<Frame> Receive();
+  // Reads one whole frame. The frame lives in the connection, valid until
+  // the next Receive or Pipeline: its buffer is reused, so a stream of large
+  // replies costs no allocation or page faults after the first.
+  Result<const Frame*> Receive();
   // Writes `bytes`, which hold `replies` requests, while reading their
   // replies as they arrive: writing everything first could deadlock once
   // both sides' socket buffers are full. `on_reply` sees each reply in
   // order; the first error it returns is returned after all replies were
   // read, so the stream stays in step.
   Status Pipeline(std::span<const std::byte> bytes, size_t replies,
-                  const std::function<Status(Frame&&)>& on_reply);
+                  const std::function<Status(const Frame&)>& on_reply);
 
   // Descriptors received so far; the caller owns them.
   std::vector<int> TakeFds();
@@ -66,7 +70,7 @@ class Connection {
   const std::string& path() const { return path_; }
 
  private:
-  Connection(int fd, std::string path, uint32_t io_timeout_ms);
+  Connection(int fd, std::string path, uint32_t io_timeout_ms, uint32_t busy_poll_us);
 
   // Unavailable("kvtierd at PATH: what: strerror(err)"); breaks the connection.
   Status SocketError(std::string_view what, int err);
@@ -79,6 +83,7 @@ class Connection {
   int fd_;
   std::string path_;
   uint32_t io_timeout_ms_;
+  uint32_t busy_poll_us_;
   Status broken_;
   std::vector<int> fds_;
 
