@@ -16,6 +16,7 @@ packages=(
   libcli11-dev        # command-line flags of kvtierd and kvtier
   redis-server        # the peer the control- and data-plane benchmarks compare against
   bc                  # arithmetic in bench/daemon_vs_peers.sh
+  fio                 # raw disk bandwidth, the peer of bench/ssd_vs_fio.sh
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

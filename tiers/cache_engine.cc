@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <map>
 #include <utility>
 
 namespace kvtier::tiers {
@@ -84,16 +85,31 @@ void Lease::Release() {
 
 Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& options,
                                                          std::unique_ptr<Tier> device,
-                                                         std::unique_ptr<Tier> host) {
+                                                         std::unique_ptr<Tier> host,
+                                                         std::unique_ptr<Tier> ssd) {
   if (options.clock == nullptr) return InvalidArgumentError("EngineOptions.clock is null");
   if (host == nullptr) return InvalidArgumentError("the host tier is required");
   if (host->kind() != TierKind::kHost) return InvalidArgumentError("host tier of the wrong kind");
   if (device != nullptr && device->kind() != TierKind::kDevice) {
     return InvalidArgumentError("device tier of the wrong kind");
   }
-  std::unique_ptr<CacheEngine> engine(new CacheEngine(options, std::move(device), std::move(host)));
+  if (ssd != nullptr && ssd->kind() != TierKind::kSsd) {
+    return InvalidArgumentError("ssd tier of the wrong kind");
+  }
+  for (const Tier* t : {device.get(), host.get()}) {
+    if (t != nullptr && t->io_bound()) {
+      return InvalidArgumentError("only the ssd tier may do blocking I/O");
+    }
+  }
+  if (ssd != nullptr && ssd->io_bound() && options.io == nullptr) {
+    return InvalidArgumentError("an io_bound ssd tier needs EngineOptions.io");
+  }
+  std::unique_ptr<CacheEngine> engine(
+      new CacheEngine(options, std::move(device), std::move(host), std::move(ssd)));
   const std::pair<TierKind, const std::string*> wanted[] = {
-      {TierKind::kDevice, &options.device_policy}, {TierKind::kHost, &options.host_policy}};
+      {TierKind::kDevice, &options.device_policy},
+      {TierKind::kHost, &options.host_policy},
+      {TierKind::kSsd, &options.ssd_policy}};
   for (const auto& [kind, name] : wanted) {
     if (engine->tier(kind) == nullptr) continue;
     auto policy = eviction::NewPolicy(*name, *options.clock);
@@ -104,16 +120,18 @@ Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& op
 }
 
 CacheEngine::CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> device,
-                         std::unique_ptr<Tier> host)
-    : clock_(*options.clock) {
+                         std::unique_ptr<Tier> host, std::unique_ptr<Tier> ssd)
+    : clock_(*options.clock), io_(options.io), ssd_pause_ns_(options.ssd_pause_ns) {
   tiers_[Index(TierKind::kDevice)] = std::move(device);
   tiers_[Index(TierKind::kHost)] = std::move(host);
+  tiers_[Index(TierKind::kSsd)] = std::move(ssd);
   for (size_t i = 0; i < kNumTierKinds; ++i) stats_.tiers[i].kind = static_cast<TierKind>(i);
 }
 
 CacheEngine::~CacheEngine() {
   assert(allocations_.empty() && leases_.empty() &&
          "Allocations and Leases must be destroyed before the engine");
+  assert(moves_in_flight_ == 0 && "every I/O completion must run before the engine goes");
 }
 
 Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
@@ -135,9 +153,103 @@ Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
                                   std::string(TierKindName(t->kind())) + " tier");
     }
   }
+  uint32_t tier_ns = 0;
+  if (Tier* ssd = tier(TierKind::kSsd)) {
+    KVTIER_ASSIGN_OR_RETURN(tier_ns, ssd->RegisterNamespace(spec.model, spec.salt, spec.layout));
+  }
   namespaces_.push_back(spec);
   block_bytes_.push_back(bytes);
+  tier_ns_.push_back(tier_ns);
   return static_cast<NamespaceId>(namespaces_.size() - 1);
+}
+
+Result<size_t> CacheEngine::Recover() {
+  Tier* ssd = tier(TierKind::kSsd);
+  if (ssd == nullptr) return size_t{0};
+  struct Stored {
+    BlockInfo info;
+    SlotId slot;
+  };
+  std::vector<Stored> stored;
+  KVTIER_RETURN_IF_ERROR(ssd->ForEachStoredBlock([&](const BlockInfo& info, SlotId slot) {
+    stored.push_back({info, slot});
+    return Status::Ok();
+  }));
+  // Children by (tier namespace, parent key); roots have no parent.
+  std::map<std::pair<uint32_t, BlockKey>, std::vector<size_t>> children;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < stored.size(); ++i) {
+    const BlockInfo& info = stored[i].info;
+    if (info.parent) {
+      children[{info.ns, *info.parent}].push_back(i);
+    } else {
+      order.push_back(i);
+    }
+  }
+  // Parents before children, breadth first from the roots.
+  std::vector<EntryId> ids(stored.size(), kNoEntry);
+  std::vector<bool> placed(stored.size(), false);
+  for (size_t next = 0; next < order.size(); ++next) {
+    const size_t i = order[next];
+    placed[i] = true;
+    auto it = children.find({stored[i].info.ns, stored[i].info.key});
+    if (it == children.end()) continue;
+    for (size_t c : it->second) order.push_back(c);
+  }
+  size_t restored = 0;
+  for (size_t i : order) {
+    const BlockInfo& info = stored[i].info;
+    auto ns = NamespaceForTierId(info.ns);
+    if (!ns || block_bytes_[*ns] != info.block_bytes || index_.Find(*ns, info.key) != kNoEntry) {
+      ssd->Free(stored[i].slot);
+      ssd->ForgetBlock(info).IgnoreError();
+      continue;
+    }
+    EntryId parent = kNoEntry;
+    if (info.parent) {
+      parent = index_.Find(*ns, *info.parent);
+      if (parent == kNoEntry) {  // its parent was dropped just above
+        ssd->Free(stored[i].slot);
+        ssd->ForgetBlock(info).IgnoreError();
+        continue;
+      }
+    }
+    const EntryId id = index_.Insert(*ns, info.key, parent);
+    if (blocks_.size() < index_.id_limit()) blocks_.resize(index_.id_limit());
+    blocks_[id] = Block{};
+    blocks_[id].state = State::kReady;
+    blocks_[id].priority = info.priority;
+    blocks_[id].checksum = info.checksum;
+    EnterTier(id, TierKind::kSsd, stored[i].slot);
+    index_.SetVisible(id, true);
+    ++restored;
+  }
+  // What no root reaches hangs below a block that did not survive.
+  for (size_t i = 0; i < stored.size(); ++i) {
+    if (placed[i]) continue;
+    ssd->Free(stored[i].slot);
+    ssd->ForgetBlock(stored[i].info).IgnoreError();
+    ++stats_.orphan_drops;
+  }
+  return restored;
+}
+
+std::optional<NamespaceId> CacheEngine::NamespaceForTierId(uint32_t tier_ns) {
+  for (size_t i = 0; i < tier_ns_.size(); ++i) {
+    if (tier_ns_[i] == tier_ns) return static_cast<NamespaceId>(i);
+  }
+  // A namespace of an earlier run that no worker attached to yet.
+  Tier* ssd = tier(TierKind::kSsd);
+  std::optional<NamespaceId> found;
+  ssd->ForEachStoredNamespace([&](uint32_t id, const std::string& model, const std::string& salt,
+                                  const Layout& layout) -> Status {
+       if (id != tier_ns || found) return Status::Ok();
+       auto added = AddNamespace({model, salt, layout});
+       if (added) found = *added;
+       return Status::Ok();
+     })
+      .IgnoreError();
+  return found;
 }
 
 const NamespaceSpec* CacheEngine::FindNamespace(NamespaceId ns) const {
@@ -270,9 +382,7 @@ void CacheEngine::AbortAllocation(uint64_t id) {
   for (auto p = rec.pinned.rbegin(); p != rec.pinned.rend(); ++p) Unpin(*p);
 }
 
-Result<Lease> CacheEngine::Acquire(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind) {
-  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
-  KVTIER_RETURN_IF_ERROR(CheckTarget(kind));
+std::vector<EntryId> CacheEngine::PinLeadingRun(NamespaceId ns, std::span<const BlockKey> keys) {
   std::vector<EntryId> run;
   for (const BlockKey& key : keys) {
     const EntryId id = index_.Find(ns, key);
@@ -287,15 +397,29 @@ Result<Lease> CacheEngine::Acquire(NamespaceId ns, std::span<const BlockKey> key
     PolicyOf(b.tier).Touch(*it, MetaOf(*it));
     ++stats_.tiers[Index(b.tier)].hits;
   }
-  // A block held by another lease or writer cannot move; the lease stops
-  // there, as it does where `kind` has no room.
-  size_t kept = run.size();
+  return run;
+}
+
+Result<Lease> CacheEngine::Acquire(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind) {
+  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  KVTIER_RETURN_IF_ERROR(CheckTarget(kind));
+  std::vector<EntryId> run = PinLeadingRun(ns, keys);
+  // A block held by another lease or writer cannot move, and one on an
+  // io_bound tier needs AcquireAsync; the lease stops before either, as it
+  // does where `kind` has no room.
   for (size_t i = 0; i < run.size(); ++i) {
-    if (blocks_[run[i]].tier == kind) continue;
-    if (blocks_[run[i]].pins > 1 || !Move(run[i], kind).ok()) {
-      kept = i;
-      break;
-    }
+    const Block& b = blocks_[run[i]];
+    if (b.tier == kind) continue;
+    if (b.pins > 1 || tiers_[Index(b.tier)]->io_bound() || !Move(run[i], kind).ok()) break;
+  }
+  return MakeLease(ns, std::move(run), kind);
+}
+
+Lease CacheEngine::MakeLease(NamespaceId ns, std::vector<EntryId> run, TierKind kind) {
+  size_t kept = 0;
+  while (kept < run.size() && blocks_[run[kept]].tier == kind &&
+         blocks_[run[kept]].state == State::kReady) {
+    ++kept;
   }
   for (size_t i = run.size(); i > kept; --i) Unpin(run[i - 1]);
   run.resize(kept);
@@ -309,6 +433,97 @@ Result<Lease> CacheEngine::Acquire(NamespaceId ns, std::span<const BlockKey> key
   lease.id_ = next_handle_id_++;
   leases_.emplace(lease.id_, std::move(run));
   return lease;
+}
+
+void CacheEngine::AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind,
+                               std::function<void(Result<Lease>)> done) {
+  if (Status s = CheckNamespace(ns); !s.ok()) return done(s);
+  if (Status s = CheckTarget(kind); !s.ok()) return done(s);
+  std::vector<EntryId> run = PinLeadingRun(ns, keys);
+  const uint64_t pending_id = next_handle_id_++;
+  PendingAcquire pending{ns, kind, {}, 0, std::move(done)};
+  for (size_t i = 0; i < run.size(); ++i) {
+    Block& b = blocks_[run[i]];
+    if (b.tier == kind) continue;
+    if (tiers_[Index(b.tier)]->io_bound()) {
+      if (b.promoting) {
+        if (promotions_[run[i]].to != kind) break;
+        promotions_[run[i]].waiters.push_back(pending_id);
+      } else if (b.pins > 1 || !StartPromotion(run[i], kind, pending_id)) {
+        break;
+      }
+      ++pending.outstanding;
+      continue;
+    }
+    if (b.pins > 1 || !Move(run[i], kind).ok()) break;
+  }
+  pending.run = std::move(run);
+  pending_acquires_.emplace(pending_id, std::move(pending));
+  if (pending_acquires_[pending_id].outstanding == 0) FinishAcquire(pending_id);
+}
+
+void CacheEngine::FinishAcquire(uint64_t pending_id) {
+  auto it = pending_acquires_.find(pending_id);
+  PendingAcquire p = std::move(it->second);
+  pending_acquires_.erase(it);
+  p.done(MakeLease(p.ns, std::move(p.run), p.tier));
+}
+
+bool CacheEngine::StartPromotion(EntryId id, TierKind to, uint64_t waiter) {
+  const uint64_t bytes = BlockBytes(id);
+  Result<SlotId> slot = MakeRoom(to, bytes);
+  if (!slot) return false;
+  const std::span<std::byte> dst = tiers_[Index(to)]->HostView(*slot, bytes);
+  if (dst.empty()) {  // a target the engine cannot address (a real GPU): not yet
+    tiers_[Index(to)]->Free(*slot);
+    return false;
+  }
+  Tier* src = tiers_[Index(blocks_[id].tier)].get();
+  const SlotId from = blocks_[id].slot;
+  const bool queued =
+      io_->Submit([src, from, info = InfoOf(id), dst] { return src->ReadBlock(from, info, dst); },
+                  [this, id](Status status) { OnPromoted(id, std::move(status)); });
+  if (!queued) {
+    tiers_[Index(to)]->Free(*slot);
+    return false;
+  }
+  Pin(id);  // the promotion's own pin: the block cannot go while it is read
+  blocks_[id].promoting = true;
+  promotions_[id] = Promotion{to, *slot, {waiter}};
+  ++moves_in_flight_;
+  return true;
+}
+
+void CacheEngine::OnPromoted(EntryId id, Status status) {
+  --moves_in_flight_;
+  Promotion p = std::move(promotions_[id]);
+  promotions_.erase(id);
+  blocks_[id].promoting = false;
+  if (status.ok() && blocks_[id].state == State::kReady) {
+    const uint64_t bytes = BlockBytes(id);
+    LeaveTier(id);
+    EnterTier(id, p.to, p.slot);
+    TierStats& in = stats_.tiers[Index(p.to)];
+    in.bytes_in += bytes;
+    ++in.promotions_in;
+  } else {
+    tiers_[Index(p.to)]->Free(p.slot);
+    if (!status.ok()) {
+      if (status.code() == StatusCode::kCorruption) {
+        ++stats_.checksum_failures;
+      } else {
+        IoFailed(status, /*pause=*/false);
+      }
+      // Never served again: gone from lookups now, freed at its last unpin.
+      blocks_[id].state = State::kDoomed;
+      index_.SetVisible(id, false);
+    }
+  }
+  Unpin(id);  // the promotion's pin
+  for (uint64_t waiter : p.waiters) {
+    auto it = pending_acquires_.find(waiter);
+    if (it != pending_acquires_.end() && --it->second.outstanding == 0) FinishAcquire(waiter);
+  }
 }
 
 void CacheEngine::ReleaseLease(uint64_t id) {
@@ -325,7 +540,10 @@ Result<size_t> CacheEngine::Remove(NamespaceId ns, std::span<const BlockKey> key
   size_t removed = 0;
   for (const BlockKey& key : keys) {
     const EntryId id = index_.Find(ns, key);
-    if (id == kNoEntry || blocks_[id].state != State::kReady) continue;
+    if (id == kNoEntry ||
+        (blocks_[id].state != State::kReady && blocks_[id].state != State::kArriving)) {
+      continue;
+    }
     ++removed;
     ++stats_.removed_blocks;
     if (blocks_[id].pins > 0) {
@@ -405,7 +623,16 @@ Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes) {
 void CacheEngine::Evict(EntryId id) {
   const TierKind from = blocks_[id].tier;
   ++stats_.tiers[Index(from)].evictions;
-  if (const std::optional<TierKind> lower = LowerTier(from)) {
+  const std::optional<TierKind> lower = LowerTier(from);
+  if (lower && tiers_[Index(*lower)]->io_bound()) {
+    if (!DemoteAsync(id, *lower)) {
+      ++stats_.demotions_dropped;
+      // Making room below may have dropped it already (an orphan).
+      if (index_.live(id) && blocks_[id].pins == 0) Drop(id);
+    }
+    return;
+  }
+  if (lower) {
     Pin(id);  // so that making room below cannot pick it
     const Status moved = Move(id, *lower);
     Unpin(id);  // may drop it, if an ancestor went while it moved
@@ -454,6 +681,88 @@ Status CacheEngine::Move(EntryId id, TierKind to) {
   return Status::Ok();
 }
 
+bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
+  if (clock_.Now() < ssd_paused_until_) return false;
+  const uint64_t bytes = BlockBytes(id);
+  Pin(id);  // making room below must not pick it (nor its removal drop it)
+  Result<SlotId> slot = MakeRoom(to, bytes);
+  if (!slot) {
+    Unpin(id);
+    return false;
+  }
+  // Copy the block out now, so its slot is free for whoever needed room;
+  // the write goes from the copy, and the block is invisible until it lands.
+  Tier& src = *tiers_[Index(blocks_[id].tier)];
+  auto copy = std::make_shared<std::vector<std::byte>>(bytes);
+  const std::span<std::byte> view = src.HostView(blocks_[id].slot, bytes);
+  Status read = view.empty() ? src.Read(blocks_[id].slot, *copy) : Status::Ok();
+  if (!view.empty()) std::memcpy(copy->data(), view.data(), bytes);
+  Tier* dst = tiers_[Index(to)].get();
+  auto checksum = std::make_shared<uint64_t>(0);
+  const bool queued =
+      read.ok() && io_->Submit(
+                       [dst, s = *slot, info = InfoOf(id), copy, checksum]() -> Status {
+                         KVTIER_ASSIGN_OR_RETURN(*checksum, dst->WriteBlock(s, info, *copy));
+                         return Status::Ok();
+                       },
+                       [this, id, checksum](Status status) {
+                         blocks_[id].checksum = *checksum;
+                         OnDemoted(id, std::move(status));
+                       });
+  if (!queued) {
+    tiers_[Index(to)]->Free(*slot);
+    Unpin(id);
+    return false;
+  }
+  LeaveTier(id);
+  EnterTier(id, to, *slot);
+  blocks_[id].state = State::kArriving;
+  index_.SetVisible(id, false);
+  ++moves_in_flight_;
+  TierStats& in = stats_.tiers[Index(to)];
+  in.bytes_in += bytes;
+  ++in.demotions_in;
+  return true;
+}
+
+void CacheEngine::OnDemoted(EntryId id, Status status) {
+  --moves_in_flight_;
+  Block& b = blocks_[id];
+  if (b.state == State::kArriving) {
+    b.state = State::kReady;
+    index_.SetVisible(id, true);
+  }
+  if (!status.ok()) {
+    // The bytes did not land: the block is gone; stop writing to a disk
+    // that fails until the pause ends.
+    IoFailed(status, /*pause=*/true);
+    b.state = State::kDoomed;
+    index_.SetVisible(id, false);
+  }
+  Unpin(id);  // drops it if doomed or orphaned meanwhile
+}
+
+BlockInfo CacheEngine::InfoOf(EntryId id) const {
+  BlockInfo info;
+  info.ns = tier_ns_[index_.ns(id)];
+  info.key = index_.key(id);
+  const EntryId parent = index_.parent(id);
+  if (parent != kNoEntry) info.parent = index_.key(parent);
+  info.block_bytes = BlockBytes(id);
+  info.priority = blocks_[id].priority;
+  info.checksum = blocks_[id].checksum;
+  return info;
+}
+
+void CacheEngine::IoFailed(const Status& status, bool pause) {
+  ++stats_.io_errors;
+  if (pause && clock_.Now() >= ssd_paused_until_) {
+    ssd_paused_until_ = clock_.Now() + ssd_pause_ns_;
+    ++ssd_pauses_;
+    last_io_error_ = status;
+  }
+}
+
 void CacheEngine::Drop(EntryId id) {
   assert(blocks_[id].pins == 0);
   // Iterative, since a chain can be thousands of blocks deep.
@@ -488,7 +797,16 @@ void CacheEngine::LeaveTier(EntryId id) {
   const Block& b = blocks_[id];
   if (b.pins > 0) --pinned_in_tier_[Index(b.tier)];
   PolicyOf(b.tier).Erase(id);
-  tiers_[Index(b.tier)]->Free(b.slot);
+  Tier* t = tiers_[Index(b.tier)].get();
+  t->Free(b.slot);
+  if (t->io_bound()) {
+    // Best effort: a record left behind (queue full) points at a slot whose
+    // bytes no longer match its checksum, so it can only ever be a miss.
+    if (!io_->Submit([t, info = InfoOf(id)] { return t->ForgetBlock(info); },
+                     [](const Status&) {})) {
+      ++stats_.io_errors;
+    }
+  }
   AdjustParentChildren(id, b.tier, -1);
 }
 
@@ -522,6 +840,8 @@ EngineStats CacheEngine::Stats() const {
   s.pending_blocks = pending_blocks_;
   s.open_allocations = allocations_.size();
   s.open_leases = leases_.size();
+  s.moves_in_flight = moves_in_flight_;
+  s.ssd_paused = clock_.Now() < ssd_paused_until_;
   return s;
 }
 
@@ -547,6 +867,9 @@ Status CacheEngine::CheckInvariants() const {
                   std::to_string(pins[id]));
     }
     if (index_.visible(id) != (b.state == State::kReady)) return fail(name + " visibility");
+    if ((b.state == State::kArriving || b.promoting) && b.pins == 0) {
+      return fail(name + " moves unpinned");
+    }
     if (b.state == State::kPending) ++pending;
     if ((b.state == State::kDoomed || index_.orphan(id)) && b.pins == 0) {
       return fail(name + " is an unpinned doomed or orphan block");

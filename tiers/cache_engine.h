@@ -25,6 +25,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -38,6 +39,7 @@
 #include "eviction/eviction_policy.h"
 #include "prefix_index/block_key.h"
 #include "prefix_index/prefix_index.h"
+#include "tiers/io_executor.h"
 #include "tiers/tier.h"
 
 namespace kvtier::tiers {
@@ -57,8 +59,17 @@ struct EngineOptions {
   // Eviction policy of each tier, by name (eviction::PolicyNames()).
   std::string device_policy = "lru";
   std::string host_policy = "lru";
+  std::string ssd_policy = "lru";
   // Source of time for policies and stats. Must outlive the engine.
   const Clock* clock = &SystemClock();
+  // Runs the I/O of io_bound tiers (ssd) off the engine's thread. Required
+  // when such a tier is given; must outlive the engine, and every
+  // completion must have run before the engine is destroyed.
+  IoExecutor* io = nullptr;
+  // After an SSD write fails (a full disk, an I/O error), demotions to the
+  // SSD stop for this long: blocks leaving the host are dropped instead,
+  // and the error is logged once for the burst. Default 10 s.
+  TimeNs ssd_pause_ns = 10 * kNsPerSec;
 };
 
 // Where one block of a result lives.
@@ -103,9 +114,14 @@ struct EngineStats {
   uint64_t acquired_blocks = 0;
   uint64_t committed_blocks = 0;
   uint64_t aborted_blocks = 0;
-  uint64_t dropped_blocks = 0;  // left the last tier (evicted or orphaned)
-  uint64_t orphan_drops = 0;    // of which dropped because an ancestor went
-  uint64_t removed_blocks = 0;  // by Remove()
+  uint64_t dropped_blocks = 0;     // left the last tier (evicted or orphaned)
+  uint64_t orphan_drops = 0;       // of which dropped because an ancestor went
+  uint64_t removed_blocks = 0;     // by Remove()
+  uint64_t checksum_failures = 0;  // blocks read back wrong: dropped, never served
+  uint64_t io_errors = 0;          // failed reads and writes of io_bound tiers
+  uint64_t demotions_dropped = 0;  // dropped instead of demoted (no room, queue full, paused)
+  uint64_t moves_in_flight = 0;    // asynchronous moves not yet completed
+  bool ssd_paused = false;         // admission to the ssd tier stopped after an error
 };
 
 class CacheEngine;
@@ -178,13 +194,20 @@ class Lease {
 
 class CacheEngine {
  public:
-  // `host` is required; `device` may be null (no device tier).
+  // `host` is required; `device` and `ssd` may be null (no such tier).
   static Result<std::unique_ptr<CacheEngine>> Create(const EngineOptions& options,
                                                      std::unique_ptr<Tier> device,
-                                                     std::unique_ptr<Tier> host);
+                                                     std::unique_ptr<Tier> host,
+                                                     std::unique_ptr<Tier> ssd = nullptr);
   ~CacheEngine();
   CacheEngine(const CacheEngine&) = delete;
   CacheEngine& operator=(const CacheEngine&) = delete;
+
+  // Warm restart: registers the namespaces and re-indexes the blocks a
+  // persistent ssd tier kept from an earlier run. Blocks whose parent was
+  // not kept can never hit and are dropped. Call once, before serving.
+  // Returns how many blocks were restored.
+  Result<size_t> Recover();
 
   // Registers a namespace, or returns the id of an identical one.
   // InvalidArgument for a bad layout, or a known (model, salt) with another
@@ -211,7 +234,16 @@ class CacheEngine {
   // Pins the leading present blocks of `keys` and moves each one not in
   // `tier` there. The lease stops before a block that cannot move: no room
   // in `tier`, or pinned in another tier by someone else.
+  // Blocks on an io_bound tier (ssd) end the lease here: use AcquireAsync.
   Result<Lease> Acquire(NamespaceId ns, std::span<const BlockKey> keys, TierKind tier);
+
+  // Like Acquire, but blocks only on an io_bound tier are promoted into
+  // `tier` by the IoExecutor, and `done` runs (on the engine's thread) once
+  // every promotion has finished: at once if none was needed. A block that
+  // fails to come back (checksum mismatch, I/O error) ends the lease there;
+  // while it moves, it stays visible where it was.
+  void AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, TierKind tier,
+                    std::function<void(Result<Lease>)> done);
 
   // Removes committed blocks (and, like any drop, their unpinned
   // descendants). A leased block disappears from lookups at once and is
@@ -233,7 +265,9 @@ class CacheEngine {
 
   using EntryId = prefix_index::EntryId;
 
-  enum class State : uint8_t { kPending, kReady, kDoomed };
+  // kArriving: committed, on its way into an io_bound tier; invisible
+  // until the write completes.
+  enum class State : uint8_t { kPending, kReady, kDoomed, kArriving };
 
   // Per-block state, indexed by the index's EntryId.
   struct Block {
@@ -243,6 +277,25 @@ class CacheEngine {
     SlotId slot = 0;
     uint32_t pins = 0;
     uint32_t children_in_tier = 0;  // children living in this block's tier
+    bool promoting = false;         // a read out of an io_bound tier is in flight
+    uint64_t checksum = 0;          // from the io_bound tier's WriteBlock
+  };
+
+  // A promotion out of an io_bound tier: where the block goes, and the
+  // asynchronous acquires waiting for it.
+  struct Promotion {
+    TierKind to = TierKind::kHost;
+    SlotId slot = 0;
+    std::vector<uint64_t> waiters;
+  };
+
+  // An AcquireAsync waiting for promotions.
+  struct PendingAcquire {
+    NamespaceId ns = 0;
+    TierKind tier = TierKind::kHost;
+    std::vector<EntryId> run;
+    size_t outstanding = 0;
+    std::function<void(Result<Lease>)> done;
   };
 
   struct AllocationRecord {
@@ -252,7 +305,7 @@ class CacheEngine {
   };
 
   CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> device,
-              std::unique_ptr<Tier> host);
+              std::unique_ptr<Tier> host, std::unique_ptr<Tier> ssd);
 
   static size_t Index(TierKind kind) { return static_cast<size_t>(kind); }
   Status CheckNamespace(NamespaceId ns) const;
@@ -273,6 +326,26 @@ class CacheEngine {
   void Evict(EntryId id);
   // Copies the block into `to` and frees its old slot. REQUIRES: pinned.
   Status Move(EntryId id, TierKind to);
+  // Moves an evicted block into the io_bound tier `to`: copies it out,
+  // frees its slot at once, and writes it on the IoExecutor. False when it
+  // cannot (no room, queue full, admission paused); the caller drops it.
+  bool DemoteAsync(EntryId id, TierKind to);
+  void OnDemoted(EntryId id, Status status);
+  // Starts reading a block out of its io_bound tier into `to`, for the
+  // pending acquire `waiter`. False when it cannot start.
+  bool StartPromotion(EntryId id, TierKind to, uint64_t waiter);
+  void OnPromoted(EntryId id, Status status);
+  void FinishAcquire(uint64_t pending_id);
+  // Builds the lease of a pinned run: stops before the first block not in
+  // `kind`, unpinning the rest.
+  Lease MakeLease(NamespaceId ns, std::vector<EntryId> run, TierKind kind);
+  BlockInfo InfoOf(EntryId id) const;
+  void IoFailed(const Status& status, bool pause);
+  // The engine's namespace of an io_bound tier's namespace id, registering
+  // it from the tier's table if no worker has attached to it yet.
+  std::optional<NamespaceId> NamespaceForTierId(uint32_t tier_ns);
+  // Pins the leading visible blocks of `keys` and touches them, tail first.
+  std::vector<EntryId> PinLeadingRun(NamespaceId ns, std::span<const BlockKey> keys);
   // Removes an unpinned block and, iteratively, its unpinned descendants.
   void Drop(EntryId id);
   // Tier-membership bookkeeping shared by allocate, move and drop.
@@ -290,12 +363,21 @@ class CacheEngine {
   std::array<std::unique_ptr<eviction::EvictionPolicy>, kNumTierKinds> policies_;
   std::vector<NamespaceSpec> namespaces_;  // indexed by NamespaceId
   std::vector<uint64_t> block_bytes_;      // indexed by NamespaceId
+  std::vector<uint32_t> tier_ns_;          // the io_bound tier's id of each namespace
   prefix_index::PrefixIndex index_;
   std::vector<Block> blocks_;  // indexed by EntryId
   std::unordered_map<uint64_t, AllocationRecord> allocations_;
   std::unordered_map<uint64_t, std::vector<EntryId>> leases_;
   uint64_t next_handle_id_ = 1;
   uint64_t pending_blocks_ = 0;
+  IoExecutor* io_ = nullptr;
+  TimeNs ssd_pause_ns_ = 0;
+  TimeNs ssd_paused_until_ = 0;
+  std::unordered_map<EntryId, Promotion> promotions_;
+  std::unordered_map<uint64_t, PendingAcquire> pending_acquires_;
+  uint64_t moves_in_flight_ = 0;
+  uint64_t ssd_pauses_ = 0;
+  Status last_io_error_;
   std::array<uint64_t, kNumTierKinds> pinned_in_tier_{};
   EngineStats stats_;  // counters; gauges are filled in by Stats()
 };

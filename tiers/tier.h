@@ -11,19 +11,37 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "common/layout.h"
 #include "common/result.h"
 #include "common/units.h"
+#include "prefix_index/block_key.h"
 
 namespace kvtier::tiers {
 
 enum class TierKind : uint8_t { kDevice = 0, kHost = 1, kSsd = 2 };
 inline constexpr size_t kNumTierKinds = 3;
 std::string_view TierKindName(TierKind kind);  // "device", "host", "ssd"
+
+// What a persistent tier records with a block, so that a restart finds it
+// again: its namespace (the tier's own id, from RegisterNamespace), key,
+// parent, size and retention priority.
+struct BlockInfo {
+  uint32_t ns = 0;
+  prefix_index::BlockKey key;
+  std::optional<prefix_index::BlockKey> parent;
+  uint64_t block_bytes = 0;
+  uint8_t priority = 35;
+  // What WriteBlock returned for the block (the ssd tier's checksum); passed
+  // back to ReadBlock, which verifies the bytes against it.
+  uint64_t checksum = 0;
+};
 
 // Identifies a slot inside one tier. For arena tiers it is the slot's first
 // page: offset = slot * kSlotPageBytes.
@@ -69,6 +87,50 @@ class Tier {
   virtual int arena_fd() const { return -1; }
   // Total bytes of the arena behind arena_fd() (>= capacity_bytes()).
   virtual uint64_t arena_bytes() const { return capacity_bytes(); }
+
+  // ---- Tiers whose I/O blocks (ssd) -----------------------------------
+  // True: ReadBlock/WriteBlock/ForgetBlock block on a device, so the engine
+  // runs them on its IoExecutor, concurrently, and they must be
+  // thread-safe. Allocate/Free stay on the engine's thread.
+  virtual bool io_bound() const { return false; }
+  // Like Write/Read, and a persistent tier records `info` with the block
+  // (payload first, record after: a crash never leaves a record pointing
+  // at half-written bytes). WriteBlock returns the checksum to hand back in
+  // info.checksum; ReadBlock verifies what it read against it: a mismatch
+  // is Corruption, never wrong bytes.
+  virtual Result<uint64_t> WriteBlock(SlotId slot, const BlockInfo& /*info*/,
+                                      std::span<const std::byte> bytes) {
+    KVTIER_RETURN_IF_ERROR(Write(slot, bytes));
+    return uint64_t{0};
+  }
+  virtual Status ReadBlock(SlotId slot, const BlockInfo& /*info*/, std::span<std::byte> out) {
+    return Read(slot, out);
+  }
+  // Deletes the record of a block that left the tier (its slot was freed).
+  virtual Status ForgetBlock(const BlockInfo& /*info*/) { return Status::Ok(); }
+  // A block a persistent tier holds from an earlier run (warm restart).
+  using StoredBlockFn = std::function<Status(const BlockInfo& info, SlotId slot)>;
+  // Calls `fn` for each block stored by an earlier run, its slot already
+  // reserved again; records that cannot be restored are dropped. Call
+  // once, before any Allocate. Non-persistent tiers have none.
+  virtual Status ForEachStoredBlock(const StoredBlockFn& /*fn*/) { return Status::Ok(); }
+  // The namespaces an earlier run registered (RegisterNamespace).
+  using StoredNamespaceFn = std::function<Status(uint32_t id, const std::string& model,
+                                                 const std::string& salt, const Layout& layout)>;
+  virtual Status ForEachStoredNamespace(const StoredNamespaceFn& /*fn*/) { return Status::Ok(); }
+  // Persistent tiers: the directory's secret, stable across restarts, for
+  // keys that must stay valid as long as the stored blocks. Empty otherwise.
+  virtual std::span<const std::byte> persistent_secret() const { return {}; }
+  // Flushes everything written so far to stable storage (clean shutdown).
+  virtual Status Sync() { return Status::Ok(); }
+
+  // Persistent tiers: a stable id for the namespace (model, salt, layout)
+  // across restarts. Others: 0.
+  virtual Result<uint32_t> RegisterNamespace(const std::string& /*model*/,
+                                             const std::string& /*salt*/,
+                                             const Layout& /*layout*/) {
+    return uint32_t{0};
+  }
 };
 
 struct ArenaTierOptions {
@@ -91,6 +153,21 @@ struct ArenaTierOptions {
 // can map through arena_fd(). Slots are page-aligned; blocks of several sizes
 // (namespaces) share the arena through size-class slabs.
 Result<std::unique_ptr<Tier>> NewHostTier(const ArenaTierOptions& options);
+
+struct SsdTierOptions {
+  // The data directory: created if missing; refused (and left untouched)
+  // when another format version wrote it.
+  std::string dir;
+  // Bytes of block slots on disk; never exceeded. Files are sparse.
+  uint64_t capacity_bytes = 64 * kGiB;
+  // O_DIRECT payload I/O (falls back to buffered where refused, e.g. tmpfs).
+  bool direct_io = true;
+};
+
+// The SSD tier: block payloads in slot files on local disk, the index of
+// what is there in RocksDB, an XXH3-64 checksum per block verified on every
+// read. io_bound(): the engine drives it from its IoExecutor.
+Result<std::unique_ptr<Tier>> NewSsdTier(const SsdTierOptions& options);
 
 // A device tier emulated in host memory, behind the device tier's interface:
 // for tests and for machines without a GPU. kind() == kDevice, emulated().

@@ -1,0 +1,207 @@
+#include "tiers/internal/block_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "common/units.h"
+
+namespace kvtier::tiers::internal {
+namespace {
+
+// errno of a failed `op` on `path` as a Status. ENOSPC/EDQUOT mean the disk
+// (or quota) is full: the caller stops admitting, it is not a broken disk.
+Status ErrnoStatus(int err, std::string_view op, const std::string& path, uint64_t offset) {
+  std::string msg = std::string(op) + " " + path + " at offset " + std::to_string(offset) + ": " +
+                    std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) return ResourceExhaustedError(msg);
+  return IoError(msg);
+}
+
+class PosixBlockFile final : public BlockFile {
+ public:
+  PosixBlockFile(int fd, std::string path, bool direct) : fd_(fd), path_(std::move(path)), direct_(direct) {}
+  ~PosixBlockFile() override { ::close(fd_); }
+  PosixBlockFile(const PosixBlockFile&) = delete;
+  PosixBlockFile& operator=(const PosixBlockFile&) = delete;
+
+  Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    size_t done = 0;
+    while (done < data.size()) {
+      const ssize_t n = ::pwrite(fd_, data.data() + done, data.size() - done,
+                                 static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(errno, "write", path_, offset + done);
+      }
+      // pwrite returns 0 only for a zero-length request; treat it as full.
+      if (n == 0) return ErrnoStatus(ENOSPC, "write", path_, offset + done);
+      done += static_cast<size_t>(n);
+    }
+    return Status::Ok();
+  }
+
+  Status ReadAt(uint64_t offset, std::span<std::byte> out) override {
+    size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n =
+          ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(errno, "read", path_, offset + done);
+      }
+      if (n == 0) {
+        return CorruptionError("short read of " + path_ + ": the file ends at " +
+                               std::to_string(offset + done) + ", " +
+                               std::to_string(out.size() - done) + " bytes before offset " +
+                               std::to_string(offset + out.size()));
+      }
+      done += static_cast<size_t>(n);
+    }
+    return Status::Ok();
+  }
+
+  Status Sync() override {
+    if (::fdatasync(fd_) != 0) return ErrnoStatus(errno, "fdatasync", path_, 0);
+    return Status::Ok();
+  }
+
+  Status PunchHole(uint64_t offset, uint64_t len) override {
+    if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                    static_cast<off_t>(len)) == 0) {
+      return Status::Ok();
+    }
+    const int err = errno;
+    if (err == EOPNOTSUPP) {
+      return FailedPreconditionError("punch hole in " + path_ + ": " + std::strerror(err));
+    }
+    return ErrnoStatus(err, "punch hole in", path_, offset);
+  }
+
+  Status Truncate(uint64_t size) override {
+    while (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+      if (errno != EINTR) return ErrnoStatus(errno, "truncate", path_, size);
+    }
+    return Status::Ok();
+  }
+
+  Result<uint64_t> Size() const override {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) return ErrnoStatus(errno, "stat", path_, 0);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+  const std::string& path() const override { return path_; }
+  bool direct_io() const override { return direct_; }
+
+ private:
+  const int fd_;
+  const std::string path_;
+  const bool direct_;
+};
+
+}  // namespace
+
+void AlignedBuffer::Free::operator()(std::byte* p) const {
+  ::operator delete[](p, std::align_val_t{kBlockFileAlignment});
+}
+
+Result<AlignedBuffer> AlignedBuffer::Allocate(size_t bytes) {
+  const size_t size = static_cast<size_t>(AlignUp(bytes, kBlockFileAlignment));
+  AlignedBuffer buf;
+  if (size == 0) return buf;
+  auto* p = static_cast<std::byte*>(
+      ::operator new[](size, std::align_val_t{kBlockFileAlignment}, std::nothrow));
+  if (p == nullptr) {
+    return ResourceExhaustedError("cannot allocate an aligned buffer of " + std::to_string(size) +
+                                  " bytes");
+  }
+  std::memset(p, 0, size);
+  buf.data_.reset(p);
+  buf.size_ = size;
+  return buf;
+}
+
+Result<std::unique_ptr<BlockFile>> OpenBlockFile(const std::string& path, bool direct_io,
+                                                 const NoteFn& note) {
+  constexpr int kFlags = O_RDWR | O_CREAT | O_CLOEXEC;
+  bool direct = direct_io;
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), kFlags | (direct ? O_DIRECT : 0), 0600);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0 && direct && errno == EINVAL) {
+    if (note) note("O_DIRECT refused for " + path + " (EINVAL); using buffered I/O");
+    direct = false;
+    do {
+      fd = ::open(path.c_str(), kFlags, 0600);
+    } while (fd < 0 && errno == EINTR);
+  }
+  if (fd < 0) return ErrnoStatus(errno, "open", path, 0);
+  try {
+    return std::unique_ptr<BlockFile>(std::make_unique<PosixBlockFile>(fd, path, direct));
+  } catch (const std::exception& e) {
+    ::close(fd);
+    return ResourceExhaustedError(std::string("open ") + path + ": " + e.what());
+  }
+}
+
+void FaultInjector::Reset() {
+  no_space_on_write_.store(false);
+  io_error_on_read_.store(false);
+  flip_byte_on_read_.store(false);
+  truncated_at_.store(kNotTruncated);
+}
+
+Status FaultInjectingFile::WriteAt(uint64_t offset, std::span<const std::byte> data) {
+  if (faults_.no_space_on_write_.load()) {
+    faults_.injected_.fetch_add(1);
+    return ErrnoStatus(ENOSPC, "write", path(), offset);
+  }
+  return base_->WriteAt(offset, data);
+}
+
+Status FaultInjectingFile::ReadAt(uint64_t offset, std::span<std::byte> out) {
+  if (faults_.io_error_on_read_.load()) {
+    faults_.injected_.fetch_add(1);
+    return ErrnoStatus(EIO, "read", path(), offset);
+  }
+  const uint64_t end = faults_.truncated_at_.load();
+  if (end != FaultInjector::kNotTruncated && offset + out.size() > end) {
+    faults_.injected_.fetch_add(1);
+    // Read what the shortened file would still hold, then report it short,
+    // exactly as the real file does at its end.
+    const uint64_t keep = end > offset ? end - offset : 0;
+    const uint64_t keep_aligned = keep / kBlockFileAlignment * kBlockFileAlignment;
+    if (keep_aligned > 0) {
+      KVTIER_RETURN_IF_ERROR(base_->ReadAt(offset, out.first(static_cast<size_t>(keep_aligned))));
+    }
+    return CorruptionError("short read of " + path() + ": the file ends at " +
+                           std::to_string(offset + keep) + ", " +
+                           std::to_string(out.size() - keep) + " bytes before offset " +
+                           std::to_string(offset + out.size()));
+  }
+  KVTIER_RETURN_IF_ERROR(base_->ReadAt(offset, out));
+  if (faults_.flip_byte_on_read_.load() && !out.empty()) {
+    faults_.injected_.fetch_add(1);
+    out[out.size() / 2] ^= std::byte{0x5a};
+  }
+  return Status::Ok();
+}
+
+BlockFileFactory FaultInjectingFactory(FaultInjector& faults) {
+  return [&faults](const std::string& path, bool direct_io,
+                   const NoteFn& note) -> Result<std::unique_ptr<BlockFile>> {
+    KVTIER_ASSIGN_OR_RETURN(auto base, OpenBlockFile(path, direct_io, note));
+    return std::unique_ptr<BlockFile>(
+        std::make_unique<FaultInjectingFile>(std::move(base), faults));
+  };
+}
+
+}  // namespace kvtier::tiers::internal

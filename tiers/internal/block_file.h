@@ -1,0 +1,156 @@
+// BlockFile: positional I/O on one file of fixed-size block slots, the
+// storage under the SSD tier (SsdStore), and FaultInjectingFile, a decorator
+// that makes it fail on demand for tests (STYLE.md 12).
+//
+// The real file (OpenBlockFile) uses O_DIRECT: block payloads are written
+// once and read back rarely, so the page cache would only evict hotter data
+// and add a copy. O_DIRECT needs the buffer address, the offset and the
+// length aligned; callers pass kBlockFileAlignment-aligned spans (AlignedBuffer
+// gives such memory). Where the filesystem refuses O_DIRECT (EINVAL, e.g.
+// tmpfs on older kernels) the file falls back to buffered I/O and says so
+// through direct_io() and the note callback; the alignment contract stays.
+//
+// Errors: ENOSPC/EDQUOT → ResourceExhausted; a read that ends early (the file
+// is shorter than asked) → Corruption; any other errno → IoError. Messages
+// carry the path, the offset and strerror.
+//
+// Thread-safety: WriteAt, ReadAt, Sync and PunchHole may be called from many
+// threads at once (pwrite/pread on one fd); Truncate too, though callers
+// should not shrink a file under concurrent I/O.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "common/status.h"
+
+namespace kvtier::tiers::internal {
+
+// Alignment of O_DIRECT buffers, offsets and lengths; also the slot granule.
+inline constexpr uint64_t kBlockFileAlignment = 4096;
+
+inline bool IsBlockAligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % kBlockFileAlignment == 0;
+}
+
+// A heap buffer aligned to kBlockFileAlignment, its size rounded up to it.
+// Move-only; zero-filled on allocation.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  // ResourceExhausted when the allocation fails.
+  static Result<AlignedBuffer> Allocate(size_t bytes);
+
+  std::byte* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  std::span<std::byte> span() const { return {data_.get(), size_}; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte[], Free> data_;
+  size_t size_ = 0;
+};
+
+class BlockFile {
+ public:
+  virtual ~BlockFile() = default;
+
+  // Writes all of `data` at `offset`.
+  // REQUIRES: offset, data.size() and data.data() are multiples of
+  // kBlockFileAlignment.
+  virtual Status WriteAt(uint64_t offset, std::span<const std::byte> data) = 0;
+  // Fills all of `out` from `offset`; Corruption when the file ends first.
+  // REQUIRES: as WriteAt. On error the contents of `out` are unspecified.
+  virtual Status ReadAt(uint64_t offset, std::span<std::byte> out) = 0;
+  // fdatasync: written data and the file's size reach stable storage.
+  virtual Status Sync() = 0;
+  // Deallocates [offset, offset + len) without changing the size, so the
+  // disk use follows the bytes in use; reads of the range return zeros.
+  // FailedPrecondition when the filesystem cannot punch holes.
+  virtual Status PunchHole(uint64_t offset, uint64_t len) = 0;
+  // Sets the file's size (ftruncate): growing is sparse and costs no disk.
+  virtual Status Truncate(uint64_t size) = 0;
+  virtual Result<uint64_t> Size() const = 0;
+
+  virtual const std::string& path() const = 0;
+  // False when the file fell back to buffered I/O.
+  virtual bool direct_io() const = 0;
+};
+
+// Receives one-line notes worth logging (a fallback taken).
+using NoteFn = std::function<void(std::string_view)>;
+
+// Opens `path` read-write, creating it (mode 0600) if missing. With
+// `direct_io`, O_DIRECT, falling back to buffered I/O (and a note) only when
+// open refuses O_DIRECT with EINVAL. `note` may be empty.
+Result<std::unique_ptr<BlockFile>> OpenBlockFile(const std::string& path, bool direct_io,
+                                                 const NoteFn& note);
+
+// Opens one block file for SsdStore; tests substitute one that wraps the real
+// file in a FaultInjectingFile.
+using BlockFileFactory = std::function<Result<std::unique_ptr<BlockFile>>(
+    const std::string& path, bool direct_io, const NoteFn& note)>;
+
+// The faults a FaultInjectingFile injects. Switches are atomics: a test flips
+// them at any time while I/O threads run. Must outlive the files using it.
+class FaultInjector {
+ public:
+  // Every WriteAt fails with ENOSPC (ResourceExhausted); nothing is written.
+  void SetNoSpaceOnWrite(bool on) { no_space_on_write_.store(on); }
+  // Every ReadAt fails with EIO (IoError).
+  void SetIoErrorOnRead(bool on) { io_error_on_read_.store(on); }
+  // Every ReadAt succeeds but one byte of the result is flipped (as if the
+  // disk returned a wrong byte).
+  void SetFlipByteOnRead(bool on) { flip_byte_on_read_.store(on); }
+  // Reads see the file as if it ended at `length` bytes: a read past it
+  // returns short (Corruption). kNotTruncated turns it off.
+  static constexpr uint64_t kNotTruncated = UINT64_MAX;
+  void SetTruncatedAt(uint64_t length) { truncated_at_.store(length); }
+  void Reset();
+
+  // How many operations a fault was injected into.
+  uint64_t injected() const { return injected_.load(); }
+
+ private:
+  friend class FaultInjectingFile;
+  std::atomic<bool> no_space_on_write_{false};
+  std::atomic<bool> io_error_on_read_{false};
+  std::atomic<bool> flip_byte_on_read_{false};
+  std::atomic<uint64_t> truncated_at_{kNotTruncated};
+  std::atomic<uint64_t> injected_{0};
+};
+
+// Forwards to `base` unless `faults` says otherwise. Same contract and
+// thread-safety as BlockFile.
+class FaultInjectingFile final : public BlockFile {
+ public:
+  FaultInjectingFile(std::unique_ptr<BlockFile> base, FaultInjector& faults)
+      : base_(std::move(base)), faults_(faults) {}
+
+  Status WriteAt(uint64_t offset, std::span<const std::byte> data) override;
+  Status ReadAt(uint64_t offset, std::span<std::byte> out) override;
+  Status Sync() override { return base_->Sync(); }
+  Status PunchHole(uint64_t offset, uint64_t len) override { return base_->PunchHole(offset, len); }
+  Status Truncate(uint64_t size) override { return base_->Truncate(size); }
+  Result<uint64_t> Size() const override { return base_->Size(); }
+  const std::string& path() const override { return base_->path(); }
+  bool direct_io() const override { return base_->direct_io(); }
+
+ private:
+  std::unique_ptr<BlockFile> base_;
+  FaultInjector& faults_;
+};
+
+// A BlockFileFactory opening real files wrapped in FaultInjectingFile.
+BlockFileFactory FaultInjectingFactory(FaultInjector& faults);
+
+}  // namespace kvtier::tiers::internal

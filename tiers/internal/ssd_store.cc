@@ -1,0 +1,757 @@
+#include "tiers/internal/ssd_store.h"
+
+#include <fcntl.h>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <new>
+#include <set>
+#include <utility>
+
+#include "common/units.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace kvtier::tiers::internal {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kFormatFile[] = "FORMAT";
+constexpr char kSecretFile[] = "secret";
+constexpr char kIndexDir[] = "index";
+constexpr uint8_t kRecordVersion = 1;
+constexpr uint8_t kNamespaceVersion = 1;
+constexpr char kRecordPrefix = 'b';
+constexpr char kNamespacePrefix = 'n';
+// Slot files grow by about this much at a time: each ftruncate is a
+// metadata update, and writes inside the file's size need no size change.
+constexpr uint64_t kFileGrowBytes = 64 * kMiB;
+constexpr uint64_t kMaxSlotBytes = AlignUp(kMaxBlockBytes, kBlockFileAlignment);
+
+std::string FormatLine(int version) {
+  return "kvtier-ssd-format " + std::to_string(version) + "\n";
+}
+
+// Runs `f`, turning an escaping exception (allocation, the standard library,
+// RocksDB) into a Status at the module's edge (STYLE.md 7).
+template <typename F>
+auto Guarded(std::string_view op, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError(std::string(op) + ": out of memory");
+  } catch (const std::exception& e) {
+    return InternalError(std::string(op) + ": " + e.what());
+  }
+}
+
+Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return Status::Ok();
+  const std::string msg = std::string(what) + ": " + s.ToString();
+  if (s.IsNoSpace()) return ResourceExhaustedError(msg);
+  if (s.IsCorruption()) return CorruptionError(msg);
+  if (s.IsIOError()) return IoError(msg);
+  if (s.IsNotFound()) return NotFoundError(msg);
+  if (s.IsInvalidArgument() || s.IsNotSupported()) return InvalidArgumentError(msg);
+  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) return UnavailableError(msg);
+  return InternalError(msg);
+}
+
+// --- Encoding. Keys are big-endian so they sort by (ns, key); values are
+// little-endian with a leading version byte. ---
+
+void PutBE(std::string& s, uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutLE(std::string& s, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+// Reads little-endian fields off the front of a byte string; `ok` turns
+// false (and stays) on reading past the end.
+class Reader {
+ public:
+  explicit Reader(std::string_view s) : s_(s) {}
+  uint64_t LE(size_t bytes) {
+    if (!ok_ || s_.size() < bytes) {
+      ok_ = false;
+      return 0;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < bytes; ++i) v |= uint64_t{static_cast<uint8_t>(s_[i])} << (8 * i);
+    s_.remove_prefix(bytes);
+    return v;
+  }
+  std::string_view Bytes(size_t n) {
+    if (!ok_ || s_.size() < n) {
+      ok_ = false;
+      return {};
+    }
+    std::string_view out = s_.substr(0, n);
+    s_.remove_prefix(n);
+    return out;
+  }
+  bool done() const { return ok_ && s_.empty(); }
+
+ private:
+  std::string_view s_;
+  bool ok_ = true;
+};
+
+std::string RecordKey(NamespaceId ns, const BlockKey& key) {
+  std::string k;
+  k.reserve(21);
+  k.push_back(kRecordPrefix);
+  PutBE(k, ns, 4);
+  PutBE(k, key.hi, 8);
+  PutBE(k, key.lo, 8);
+  return k;
+}
+
+std::string NamespaceKey(uint32_t id) {
+  std::string k(1, kNamespacePrefix);
+  PutBE(k, id, 4);
+  return k;
+}
+
+std::string EncodeRecord(const SsdRecord& r) {
+  std::string v;
+  v.reserve(87);
+  PutLE(v, kRecordVersion, 1);
+  PutLE(v, r.ns_id, 4);
+  PutLE(v, r.key.hi, 8);
+  PutLE(v, r.key.lo, 8);
+  PutLE(v, r.has_parent ? 1 : 0, 1);
+  PutLE(v, r.parent.hi, 8);
+  PutLE(v, r.parent.lo, 8);
+  PutLE(v, r.slot.slot_bytes, 8);
+  PutLE(v, r.slot.index, 8);
+  PutLE(v, r.block_bytes, 8);
+  PutLE(v, r.checksum, 8);
+  PutLE(v, r.priority, 1);
+  PutLE(v, static_cast<uint64_t>(r.created_ns), 8);
+  PutLE(v, static_cast<uint64_t>(r.last_access_ns), 8);
+  return v;
+}
+
+bool ValidSlotBytes(uint64_t slot_bytes) {
+  return slot_bytes > 0 && slot_bytes % kBlockFileAlignment == 0 && slot_bytes <= kMaxSlotBytes;
+}
+
+bool DecodeRecord(std::string_view key, std::string_view value, SsdRecord* r) {
+  Reader in(value);
+  if (in.LE(1) != kRecordVersion) return false;
+  r->ns_id = static_cast<NamespaceId>(in.LE(4));
+  r->key.hi = in.LE(8);
+  r->key.lo = in.LE(8);
+  const uint64_t has_parent = in.LE(1);
+  r->has_parent = has_parent == 1;
+  r->parent.hi = in.LE(8);
+  r->parent.lo = in.LE(8);
+  r->slot.slot_bytes = in.LE(8);
+  r->slot.index = in.LE(8);
+  r->block_bytes = in.LE(8);
+  r->checksum = in.LE(8);
+  r->priority = static_cast<uint8_t>(in.LE(1));
+  r->created_ns = static_cast<int64_t>(in.LE(8));
+  r->last_access_ns = static_cast<int64_t>(in.LE(8));
+  return in.done() && has_parent <= 1 && ValidSlotBytes(r->slot.slot_bytes) &&
+         r->block_bytes > 0 && r->block_bytes <= r->slot.slot_bytes &&
+         key == RecordKey(r->ns_id, r->key);
+}
+
+std::string EncodeNamespace(const SsdNamespace& ns) {
+  std::string v;
+  PutLE(v, kNamespaceVersion, 1);
+  PutLE(v, ns.layout.layers, 4);
+  PutLE(v, ns.layout.kv_heads, 4);
+  PutLE(v, ns.layout.head_dim, 4);
+  PutLE(v, static_cast<uint8_t>(ns.layout.dtype), 1);
+  PutLE(v, ns.layout.block_tokens, 4);
+  PutLE(v, ns.model.size(), 4);
+  v += ns.model;
+  PutLE(v, ns.salt.size(), 4);
+  v += ns.salt;
+  return v;
+}
+
+bool DecodeNamespace(std::string_view value, SsdNamespace* ns) {
+  Reader in(value);
+  if (in.LE(1) != kNamespaceVersion) return false;
+  ns->layout.layers = static_cast<uint32_t>(in.LE(4));
+  ns->layout.kv_heads = static_cast<uint32_t>(in.LE(4));
+  ns->layout.head_dim = static_cast<uint32_t>(in.LE(4));
+  ns->layout.dtype = static_cast<DType>(in.LE(1));
+  ns->layout.block_tokens = static_cast<uint32_t>(in.LE(4));
+  ns->model = std::string(in.Bytes(static_cast<size_t>(in.LE(4))));
+  ns->salt = std::string(in.Bytes(static_cast<size_t>(in.LE(4))));
+  return in.done() && ns->layout.Validate().ok();
+}
+
+// --- The data directory's small files. ---
+
+Status ErrnoError(std::string_view op, const std::string& path) {
+  return IoError(std::string(op) + " " + path + ": " + std::strerror(errno));
+}
+
+Status SyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", path);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return ErrnoError("fsync", path);
+  return Status::Ok();
+}
+
+// Writes `content` to dir/name.tmp, syncs it, then links it in as dir/name:
+// either the whole file appears or none. With `exclusive`, an existing
+// dir/name is kept (and *existed set) rather than replaced.
+Status WriteFileDurably(const std::string& dir, const char* name, std::string_view content,
+                        mode_t mode, bool exclusive, bool* existed) {
+  const std::string path = dir + "/" + name;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return ErrnoError("create", tmp);
+  const ssize_t n = ::write(fd, content.data(), content.size());
+  const bool written = n == static_cast<ssize_t>(content.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written) {
+    Status s = ErrnoError("write", tmp);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  if (exclusive) {
+    // link() fails with EEXIST rather than replace: two first opens racing
+    // agree on one secret.
+    const int rc = ::link(tmp.c_str(), path.c_str());
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    if (rc != 0 && err != EEXIST) {
+      errno = err;
+      return ErrnoError("link", path);
+    }
+    if (existed != nullptr) *existed = rc != 0;
+  } else if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status s = ErrnoError("rename", tmp);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return SyncPath(dir, O_RDONLY | O_DIRECTORY);
+}
+
+Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", path);
+  std::string out(max_bytes + 1, '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status s = ErrnoError("read", path);
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
+// Checks the directory and, when it is new or empty, makes it a format-1
+// data directory. Changes nothing in a directory it refuses.
+Status PrepareDirectory(const std::string& dir) {
+  const std::string hint = "; move it away or point data_dir elsewhere";
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st)) {
+      return FailedPreconditionError("data directory " + dir + " is not a directory" + hint);
+    }
+    const std::string format_path = dir + "/" + kFormatFile;
+    if (::access(format_path.c_str(), F_OK) == 0) {
+      KVTIER_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(format_path, 64));
+      constexpr std::string_view kPrefix = "kvtier-ssd-format ";
+      int version = -1;
+      if (text.starts_with(kPrefix) && text.ends_with('\n')) {
+        const char* first = text.data() + kPrefix.size();
+        const char* last = text.data() + text.size() - 1;
+        auto [ptr, err] = std::from_chars(first, last, version);
+        if (err != std::errc() || ptr != last) version = -1;
+      }
+      if (version < 0) {
+        return FailedPreconditionError("data directory " + dir +
+                                       " has a FORMAT file this kvtierd cannot read" + hint);
+      }
+      if (version != kSsdFormatVersion) {
+        return FailedPreconditionError("data directory " + dir + " was written by format " +
+                                       std::to_string(version) + "; this kvtierd reads format " +
+                                       std::to_string(kSsdFormatVersion) + hint);
+      }
+      return Status::Ok();
+    }
+    if (!fs::is_empty(dir, ec) || ec) {
+      return FailedPreconditionError("data directory " + dir +
+                                     " is not empty and has no FORMAT file, so it is not a "
+                                     "kvtier data directory" +
+                                     hint);
+    }
+  } else {
+    fs::create_directories(dir, ec);
+    if (ec) return IoError("create data directory " + dir + ": " + ec.message());
+  }
+  // FORMAT first: a crash before the rest leaves a directory that reopens.
+  return WriteFileDurably(dir, kFormatFile, FormatLine(kSsdFormatVersion), 0644, false, nullptr);
+}
+
+Result<std::array<std::byte, kSsdSecretBytes>> LoadOrCreateSecret(const std::string& dir) {
+  std::array<std::byte, kSsdSecretBytes> secret{};
+  const std::string path = dir + "/" + kSecretFile;
+  if (::access(path.c_str(), F_OK) != 0) {
+    // A missing secret beside an existing index would silently orphan every
+    // key hashed with the old one.
+    if (::access((dir + "/" + kIndexDir).c_str(), F_OK) == 0) {
+      return CorruptionError("data directory " + dir +
+                             " has an index but no secret file; it cannot be served");
+    }
+    size_t done = 0;
+    while (done < secret.size()) {
+      const ssize_t n = ::getrandom(secret.data() + done, secret.size() - done, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoError("getrandom for", path);
+      done += static_cast<size_t>(n);
+    }
+    bool existed = false;
+    KVTIER_RETURN_IF_ERROR(WriteFileDurably(
+        dir, kSecretFile,
+        std::string_view(reinterpret_cast<const char*>(secret.data()), secret.size()), 0600, true,
+        &existed));
+    if (!existed) return secret;
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::string bytes, ReadSmallFile(path, kSsdSecretBytes));
+  if (bytes.size() != kSsdSecretBytes) {
+    return CorruptionError(path + " holds " + std::to_string(bytes.size()) + " bytes, not " +
+                           std::to_string(kSsdSecretBytes));
+  }
+  std::memcpy(secret.data(), bytes.data(), secret.size());
+  return secret;
+}
+
+std::string SlotFileName(uint64_t slot_bytes) {
+  return "blocks-" + std::to_string(slot_bytes) + ".dat";
+}
+
+// The slot size of a slot file's name; 0 for any other name.
+uint64_t ParseSlotFileName(std::string_view name) {
+  constexpr std::string_view kPrefix = "blocks-", kSuffix = ".dat";
+  if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return 0;
+  const std::string_view digits =
+      name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  uint64_t v = 0;
+  auto [ptr, err] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (err != std::errc() || ptr != digits.data() + digits.size()) return 0;
+  return ValidSlotBytes(v) ? v : 0;
+}
+
+// An aligned buffer per I/O thread for payloads that are not aligned, kept
+// between calls (it grows to the largest block the thread has moved) so the
+// hot path neither allocates nor faults in fresh pages.
+Result<std::span<std::byte>> BounceBuffer(size_t bytes) {
+  thread_local AlignedBuffer buffer;
+  if (buffer.size() < bytes) {
+    buffer = AlignedBuffer();
+    KVTIER_ASSIGN_OR_RETURN(buffer, AlignedBuffer::Allocate(bytes));
+  }
+  return buffer.span().first(static_cast<size_t>(AlignUp(bytes, kBlockFileAlignment)));
+}
+
+}  // namespace
+
+struct SsdStore::SlotClass {
+  std::unique_ptr<BlockFile> file;
+  // Allocator thread only:
+  uint64_t file_size = 0;
+  uint64_t high_water = 0;   // no index at or above it is in use
+  std::set<uint64_t> free;   // free indices below high_water
+  uint64_t in_use = 0;
+};
+
+SsdStore::SsdStore(SsdOptions options) : options_(std::move(options)) {}
+
+SsdStore::~SsdStore() {
+  if (db_) db_->Close().PermitUncheckedError();
+}
+
+void SsdStore::Note(std::string_view text) const {
+  if (options_.note) {
+    options_.note(text);
+  } else {
+    std::fprintf(stderr, "kvtier ssd: %.*s\n", static_cast<int>(text.size()), text.data());
+  }
+}
+
+Result<std::unique_ptr<SsdStore>> SsdStore::Open(const SsdOptions& options) {
+  return Guarded("open SSD store", [&]() -> Result<std::unique_ptr<SsdStore>> {
+    if (options.dir.empty()) return InvalidArgumentError("SSD data directory not set");
+    if (options.capacity_bytes == 0) return InvalidArgumentError("SSD capacity_bytes must be > 0");
+    KVTIER_RETURN_IF_ERROR(PrepareDirectory(options.dir));
+    std::unique_ptr<SsdStore> store(new SsdStore(options));
+    KVTIER_ASSIGN_OR_RETURN(store->secret_, LoadOrCreateSecret(options.dir));
+
+    rocksdb::Options db_options;
+    db_options.create_if_missing = true;
+    db_options.write_buffer_size = options.index_write_buffer_bytes;
+    db_options.compression = rocksdb::kNoCompression;
+    db_options.keep_log_file_num = 4;
+    db_options.max_open_files = 256;
+    rocksdb::DB* db = nullptr;
+    const std::string index_path = options.dir + "/" + kIndexDir;
+    KVTIER_RETURN_IF_ERROR(
+        FromRocks(rocksdb::DB::Open(db_options, index_path, &db), "open index " + index_path));
+    store->db_.reset(db);
+
+    // The namespace table, dense by id.
+    std::unique_ptr<rocksdb::Iterator> it(store->db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(std::string(1, kNamespacePrefix));
+         it->Valid() && it->key().starts_with(rocksdb::Slice(&kNamespacePrefix, 1)); it->Next()) {
+      SsdNamespace ns;
+      ns.id = static_cast<uint32_t>(store->namespaces_.size());
+      if (it->key().ToStringView() != NamespaceKey(ns.id) ||
+          !DecodeNamespace(it->value().ToStringView(), &ns)) {
+        return CorruptionError("namespace table of " + index_path + ": bad entry " +
+                               it->key().ToString(true));
+      }
+      store->namespaces_.push_back(std::move(ns));
+    }
+    KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), "read namespaces of " + index_path));
+    KVTIER_RETURN_IF_ERROR(store->OpenFiles());
+    return store;
+  });
+}
+
+Status SsdStore::OpenFiles() {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(options_.dir, ec)) {
+    const uint64_t slot_bytes = ParseSlotFileName(e.path().filename().string());
+    if (slot_bytes == 0) continue;
+    KVTIER_RETURN_IF_ERROR(GetOrAddClass(slot_bytes));
+  }
+  if (ec) return IoError("list data directory " + options_.dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+Result<SsdStore::SlotClass*> SsdStore::GetOrAddClass(uint64_t slot_bytes) {
+  {
+    std::shared_lock lock(classes_mu_);
+    auto it = classes_.find(slot_bytes);
+    if (it != classes_.end()) return it->second.get();
+  }
+  const std::string path = options_.dir + "/" + SlotFileName(slot_bytes);
+  const NoteFn note = [this](std::string_view text) { Note(text); };
+  auto cls = std::make_unique<SlotClass>();
+  if (options_.file_factory) {
+    KVTIER_ASSIGN_OR_RETURN(cls->file, options_.file_factory(path, options_.direct_io, note));
+  } else {
+    KVTIER_ASSIGN_OR_RETURN(cls->file, OpenBlockFile(path, options_.direct_io, note));
+  }
+  KVTIER_ASSIGN_OR_RETURN(cls->file_size, cls->file->Size());
+  SlotClass* raw = cls.get();
+  std::unique_lock lock(classes_mu_);
+  classes_.emplace(slot_bytes, std::move(cls));
+  return raw;
+}
+
+BlockFile* SsdStore::FindFile(uint64_t slot_bytes) const {
+  std::shared_lock lock(classes_mu_);
+  auto it = classes_.find(slot_bytes);
+  return it == classes_.end() ? nullptr : it->second->file.get();
+}
+
+Result<SsdSlot> SsdStore::Allocate(uint64_t block_bytes) {
+  return Guarded("allocate SSD slot", [&]() -> Result<SsdSlot> {
+    if (block_bytes == 0 || block_bytes > kMaxBlockBytes) {
+      return InvalidArgumentError("SSD block of " + std::to_string(block_bytes) +
+                                  " bytes: must be 1.." + std::to_string(kMaxBlockBytes));
+    }
+    const uint64_t slot_bytes = AlignUp(block_bytes, kBlockFileAlignment);
+    if (slot_bytes > options_.capacity_bytes - used_bytes_) {
+      return ResourceExhaustedError("SSD tier full: " + FormatBytes(used_bytes_) + " of " +
+                                    FormatBytes(options_.capacity_bytes) +
+                                    " in use; no room for a slot of " + FormatBytes(slot_bytes));
+    }
+    KVTIER_ASSIGN_OR_RETURN(SlotClass * cls, GetOrAddClass(slot_bytes));
+    const uint64_t index = cls->free.empty() ? cls->high_water : *cls->free.begin();
+    const uint64_t end = (index + 1) * slot_bytes;
+    if (end > cls->file_size) {
+      const uint64_t chunk = slot_bytes * std::max<uint64_t>(1, kFileGrowBytes / slot_bytes);
+      const uint64_t new_size = (end + chunk - 1) / chunk * chunk;
+      KVTIER_RETURN_IF_ERROR(cls->file->Truncate(new_size));
+      cls->file_size = new_size;
+    }
+    if (index == cls->high_water) {
+      ++cls->high_water;
+    } else {
+      cls->free.erase(cls->free.begin());
+    }
+    ++cls->in_use;
+    used_bytes_ += slot_bytes;
+    return SsdSlot{slot_bytes, index};
+  });
+}
+
+Status SsdStore::Reserve(const SsdSlot& slot) {
+  return Guarded("reserve SSD slot", [&]() -> Status {
+    if (!ValidSlotBytes(slot.slot_bytes)) {
+      return InvalidArgumentError("SSD slot size " + std::to_string(slot.slot_bytes) +
+                                  " is not a valid slot size");
+    }
+    SlotClass* cls = nullptr;
+    {
+      std::shared_lock lock(classes_mu_);
+      auto it = classes_.find(slot.slot_bytes);
+      if (it != classes_.end()) cls = it->second.get();
+    }
+    // Every slot handed out lies inside its file, which Allocate grew first;
+    // one beyond the end belongs to a lost or truncated file.
+    if (cls == nullptr || slot.index >= cls->file_size / slot.slot_bytes) {
+      return InvalidArgumentError("SSD slot " + std::to_string(slot.index) + " of " +
+                                  SlotFileName(slot.slot_bytes) + " lies beyond the file's end");
+    }
+    if (slot.slot_bytes > options_.capacity_bytes - used_bytes_) {
+      return ResourceExhaustedError("SSD capacity " + FormatBytes(options_.capacity_bytes) +
+                                    " exceeded by restored slots");
+    }
+    if (slot.index >= cls->high_water) {
+      for (uint64_t i = cls->high_water; i < slot.index; ++i) cls->free.insert(cls->free.end(), i);
+      cls->high_water = slot.index + 1;
+    } else if (cls->free.erase(slot.index) == 0) {
+      return FailedPreconditionError("SSD slot " + std::to_string(slot.index) + " of " +
+                                     SlotFileName(slot.slot_bytes) + " is already in use");
+    }
+    ++cls->in_use;
+    used_bytes_ += slot.slot_bytes;
+    return Status::Ok();
+  });
+}
+
+Status SsdStore::Free(const SsdSlot& slot) {
+  return Guarded("free SSD slot", [&]() -> Status {
+    SlotClass* cls = nullptr;
+    {
+      std::shared_lock lock(classes_mu_);
+      auto it = classes_.find(slot.slot_bytes);
+      if (it != classes_.end()) cls = it->second.get();
+    }
+    if (cls == nullptr || slot.index >= cls->high_water || cls->free.contains(slot.index)) {
+      return FailedPreconditionError("free of SSD slot " + std::to_string(slot.index) + " of " +
+                                     SlotFileName(slot.slot_bytes) + ", which is not in use");
+    }
+    cls->free.insert(slot.index);
+    // Keep the high-water mark tight so the free set stays small.
+    while (!cls->free.empty() && *cls->free.rbegin() + 1 == cls->high_water) {
+      cls->free.erase(std::prev(cls->free.end()));
+      --cls->high_water;
+    }
+    --cls->in_use;
+    used_bytes_ -= slot.slot_bytes;
+    Status s = cls->file->PunchHole(slot.offset(), slot.slot_bytes);
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      if (!hole_note_given_) Note(std::string(s.message()) + "; disk use will not shrink on Free");
+      hole_note_given_ = true;
+      return Status::Ok();
+    }
+    return s;
+  });
+}
+
+SsdStats SsdStore::Stats() const {
+  SsdStats stats;
+  stats.capacity_bytes = options_.capacity_bytes;
+  stats.used_bytes = used_bytes_;
+  std::shared_lock lock(classes_mu_);
+  stats.files = classes_.size();
+  for (const auto& [slot_bytes, cls] : classes_) {
+    if (cls->in_use > 0) stats.slots_in_use[slot_bytes] = cls->in_use;
+    stats.direct_io = stats.direct_io && cls->file->direct_io();
+  }
+  return stats;
+}
+
+Status SsdStore::WritePayload(BlockFile& file, uint64_t offset, std::span<const std::byte> bytes) {
+  if (IsBlockAligned(bytes.data())) {
+    const size_t whole = bytes.size() / kBlockFileAlignment * kBlockFileAlignment;
+    if (whole > 0) KVTIER_RETURN_IF_ERROR(file.WriteAt(offset, bytes.first(whole)));
+    if (whole == bytes.size()) return Status::Ok();
+    offset += whole;
+    bytes = bytes.subspan(whole);
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::span<std::byte> bounce, BounceBuffer(bytes.size()));
+  std::memcpy(bounce.data(), bytes.data(), bytes.size());
+  std::memset(bounce.data() + bytes.size(), 0, bounce.size() - bytes.size());
+  return file.WriteAt(offset, bounce);
+}
+
+Status SsdStore::ReadPayload(BlockFile& file, uint64_t offset, std::span<std::byte> out) const {
+  if (IsBlockAligned(out.data())) {
+    const size_t whole = out.size() / kBlockFileAlignment * kBlockFileAlignment;
+    if (whole > 0) KVTIER_RETURN_IF_ERROR(file.ReadAt(offset, out.first(whole)));
+    if (whole == out.size()) return Status::Ok();
+    offset += whole;
+    out = out.subspan(whole);
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::span<std::byte> bounce, BounceBuffer(out.size()));
+  KVTIER_RETURN_IF_ERROR(file.ReadAt(offset, bounce));
+  std::memcpy(out.data(), bounce.data(), out.size());
+  return Status::Ok();
+}
+
+Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::byte> bytes) {
+  return Guarded("SSD write", [&]() -> Result<SsdRecord> {
+    const SsdSlot& slot = record.slot;
+    if (bytes.empty() || !ValidSlotBytes(slot.slot_bytes) || bytes.size() > slot.slot_bytes) {
+      return InvalidArgumentError("SSD write of " + std::to_string(bytes.size()) +
+                                  " bytes to a slot of " + std::to_string(slot.slot_bytes));
+    }
+    BlockFile* file = FindFile(slot.slot_bytes);
+    if (file == nullptr) {
+      return InvalidArgumentError("SSD write to a slot of an unknown size " +
+                                  std::to_string(slot.slot_bytes));
+    }
+    SsdRecord stored = record;
+    stored.block_bytes = bytes.size();
+    stored.checksum = XXH3_64bits(bytes.data(), bytes.size());
+    KVTIER_RETURN_IF_ERROR(WritePayload(*file, slot.offset(), bytes)
+                               .WithContext("block " + record.key.ToHex()));
+    // Only now the record: after a crash it never points at missing bytes.
+    KVTIER_RETURN_IF_ERROR(PutRecord(stored));
+    return stored;
+  });
+}
+
+Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
+  return Guarded("SSD read", [&]() -> Status {
+    const SsdSlot& slot = record.slot;
+    if (out.size() != record.block_bytes || out.empty() || !ValidSlotBytes(slot.slot_bytes) ||
+        out.size() > slot.slot_bytes) {
+      return InvalidArgumentError("SSD read of " + std::to_string(out.size()) +
+                                  " bytes for a block of " + std::to_string(record.block_bytes) +
+                                  " in a slot of " + std::to_string(slot.slot_bytes));
+    }
+    BlockFile* file = FindFile(slot.slot_bytes);
+    if (file == nullptr) {
+      return NotFoundError("SSD read of block " + record.key.ToHex() + ": no slot file " +
+                           SlotFileName(slot.slot_bytes));
+    }
+    KVTIER_RETURN_IF_ERROR(
+        ReadPayload(*file, slot.offset(), out).WithContext("block " + record.key.ToHex()));
+    const uint64_t sum = XXH3_64bits(out.data(), out.size());
+    if (sum != record.checksum) {
+      char detail[64];
+      std::snprintf(detail, sizeof(detail), " (stored %016llx, read %016llx)",
+                    static_cast<unsigned long long>(record.checksum),
+                    static_cast<unsigned long long>(sum));
+      return CorruptionError("block " + record.key.ToHex() + " in " + file->path() + " at " +
+                             std::to_string(slot.offset()) + ": checksum mismatch" + detail);
+    }
+    return Status::Ok();
+  });
+}
+
+Status SsdStore::PutRecord(const SsdRecord& record) {
+  return Guarded("SSD put record", [&]() -> Status {
+    return FromRocks(db_->Put(rocksdb::WriteOptions(), RecordKey(record.ns_id, record.key),
+                              EncodeRecord(record)),
+                     "put record of block " + record.key.ToHex());
+  });
+}
+
+Status SsdStore::Erase(NamespaceId ns_id, const BlockKey& key) {
+  return Guarded("SSD erase", [&]() -> Status {
+    return FromRocks(db_->Delete(rocksdb::WriteOptions(), RecordKey(ns_id, key)),
+                     "erase record of block " + key.ToHex());
+  });
+}
+
+Status SsdStore::Sync() {
+  return Guarded("SSD sync", [&]() -> Status {
+    std::vector<BlockFile*> files;
+    {
+      std::shared_lock lock(classes_mu_);
+      for (const auto& entry : classes_) files.push_back(entry.second->file.get());
+    }
+    for (BlockFile* f : files) KVTIER_RETURN_IF_ERROR(f->Sync());
+    return FromRocks(db_->FlushWAL(/*sync=*/true), "sync index of " + options_.dir);
+  });
+}
+
+Result<SsdScanSummary> SsdStore::ForEachRecord(
+    const std::function<Status(const SsdRecord&)>& fn) const {
+  return Guarded("SSD scan", [&]() -> Result<SsdScanSummary> {
+    SsdScanSummary summary;
+    rocksdb::ReadOptions ro;
+    ro.fill_cache = false;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+    const rocksdb::Slice prefix(&kRecordPrefix, 1);
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      SsdRecord r;
+      if (!DecodeRecord(it->key().ToStringView(), it->value().ToStringView(), &r)) {
+        ++summary.undecodable;
+        continue;
+      }
+      ++summary.records;
+      KVTIER_RETURN_IF_ERROR(fn(r));
+    }
+    KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), "scan index of " + options_.dir));
+    return summary;
+  });
+}
+
+Result<uint32_t> SsdStore::RegisterNamespace(std::string_view model, std::string_view salt,
+                                             const Layout& layout) {
+  return Guarded("SSD register namespace", [&]() -> Result<uint32_t> {
+    KVTIER_RETURN_IF_ERROR(layout.Validate());
+    std::lock_guard lock(ns_mu_);
+    for (const SsdNamespace& ns : namespaces_) {
+      if (ns.model != model || ns.salt != salt) continue;
+      if (ns.layout == layout) return ns.id;
+      return InvalidArgumentError("namespace model=" + std::string(model) + " salt=" +
+                                  std::string(salt) + " is stored with layout " +
+                                  ns.layout.ToString() + ", not " + layout.ToString());
+    }
+    SsdNamespace ns{static_cast<uint32_t>(namespaces_.size()), std::string(model),
+                    std::string(salt), layout};
+    rocksdb::WriteOptions wo;
+    wo.sync = true;  // rare, and records name it: make it durable at once
+    KVTIER_RETURN_IF_ERROR(FromRocks(db_->Put(wo, NamespaceKey(ns.id), EncodeNamespace(ns)),
+                                     "put namespace " + std::string(model)));
+    namespaces_.push_back(std::move(ns));
+    return namespaces_.back().id;
+  });
+}
+
+Status SsdStore::ForEachNamespace(const std::function<Status(const SsdNamespace&)>& fn) const {
+  return Guarded("SSD namespaces", [&]() -> Status {
+    std::vector<SsdNamespace> copy;
+    {
+      std::lock_guard lock(ns_mu_);
+      copy = namespaces_;
+    }
+    for (const SsdNamespace& ns : copy) KVTIER_RETURN_IF_ERROR(fn(ns));
+    return Status::Ok();
+  });
+}
+
+}  // namespace kvtier::tiers::internal
