@@ -130,7 +130,14 @@ Status DaemonConfig::Validate() const {
   if (device_mode != "off" && device_capacity_bytes < kMiB) {
     return InvalidArgumentError("device capacity must be >= 1 MiB");
   }
-  for (const std::string* p : {&host_policy, &device_policy}) {
+  if (!ssd_dir.empty()) {
+    if (ssd_capacity_bytes < kMiB) return InvalidArgumentError("ssd capacity must be >= 1 MiB");
+    if (ssd_io_threads == 0 || ssd_io_threads > 64) {
+      return InvalidArgumentError("ssd io_threads must be between 1 and 64");
+    }
+    if (ssd_queue == 0) return InvalidArgumentError("ssd queue must be at least 1");
+  }
+  for (const std::string* p : {&host_policy, &device_policy, &ssd_policy}) {
     bool known = false;
     for (std::string_view n : eviction::PolicyNames()) known = known || n == *p;
     if (!known) return InvalidArgumentError("unknown eviction policy '" + *p + "'");
@@ -150,7 +157,7 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   } catch (const std::exception& e) {
     return InvalidArgumentError(path + ": " + e.what());
   }
-  KVTIER_RETURN_IF_ERROR(CheckKnownKeys(root, path, "", {"server", "host", "device"}));
+  KVTIER_RETURN_IF_ERROR(CheckKnownKeys(root, path, "", {"server", "host", "device", "ssd"}));
   auto section = [&](const char* name) -> Result<const toml::table*> {
     const toml::node* n = root.get(name);
     if (n == nullptr) return static_cast<const toml::table*>(nullptr);
@@ -190,6 +197,18 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "capacity", Bytes(&c.device_capacity_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "policy", String(&c.device_policy)));
   }
+  KVTIER_ASSIGN_OR_RETURN(const toml::table* ssd, section("ssd"));
+  if (ssd != nullptr) {
+    const toml::table& t = *ssd;
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
+        t, path, "ssd", {"dir", "capacity", "policy", "direct_io", "io_threads", "queue"}));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "dir", String(&c.ssd_dir)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "capacity", Bytes(&c.ssd_capacity_bytes)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "policy", String(&c.ssd_policy)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "direct_io", Bool(&c.ssd_direct_io)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "io_threads", Uint32(&c.ssd_io_threads)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "queue", Uint32(&c.ssd_queue)));
+  }
   return c;
 }
 
@@ -204,7 +223,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   // Flags are read as text, so that byte counts take units ("64MiB") and an
   // unset flag leaves the file's value alone.
   std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
-      device_mode, device_capacity, device_policy;
+      device_mode, device_capacity, device_policy, ssd_capacity, ssd_policy;
+  std::optional<std::string> ssd_dir;
+  uint32_t ssd_io_threads = 0;
   uint32_t max_keys = 0, copy_threads = 0;
   std::optional<uint32_t> busy_poll_us;
   bool no_reserve = false;
@@ -223,6 +244,11 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--device", device_mode, "device tier: off | emulated [off]");
   app.add_option("--device-capacity", device_capacity, "device tier bytes [1GiB]");
   app.add_option("--device-policy", device_policy, "device tier eviction policy [lru]");
+  app.add_option("--ssd-dir", ssd_dir,
+                 "ssd tier data directory, \"\" = no ssd tier [/var/lib/kvtier/ssd]");
+  app.add_option("--ssd-capacity", ssd_capacity, "ssd tier bytes [16GiB]");
+  app.add_option("--ssd-policy", ssd_policy, "ssd tier eviction policy [lru]");
+  app.add_option("--ssd-io-threads", ssd_io_threads, "threads doing ssd I/O [4]");
   app.set_version_flag("--version", "kvtierd 0.1.0");
   try {
     app.parse(argc, argv);
@@ -260,7 +286,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   for (const Status& s : {bytes(max_payload, "--max-payload", &c.max_payload_bytes),
                           bytes(host_capacity, "--host-capacity", &c.host_capacity_bytes),
                           bytes(host_slab, "--host-slab", &c.host_slab_bytes),
-                          bytes(device_capacity, "--device-capacity", &c.device_capacity_bytes)}) {
+                          bytes(device_capacity, "--device-capacity", &c.device_capacity_bytes),
+                          bytes(ssd_capacity, "--ssd-capacity", &c.ssd_capacity_bytes)}) {
     if (!s.ok()) return fail(s);
   }
   if (max_keys != 0) c.max_keys = max_keys;
@@ -271,6 +298,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (no_reserve) c.host_reserve_memory = false;
   if (!device_mode.empty()) c.device_mode = device_mode;
   if (!device_policy.empty()) c.device_policy = device_policy;
+  if (ssd_dir) c.ssd_dir = *ssd_dir;
+  if (!ssd_policy.empty()) c.ssd_policy = ssd_policy;
+  if (ssd_io_threads != 0) c.ssd_io_threads = ssd_io_threads;
   if (Status s = c.Validate(); !s.ok()) return fail(s);
   return out;
 }

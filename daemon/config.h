@@ -48,6 +48,20 @@ struct DaemonConfig {
   uint64_t device_capacity_bytes = 1 * kGiB;
   std::string device_policy = "lru";
 
+  // [ssd]
+  // The data directory of the SSD tier: block payloads and their RocksDB
+  // index; "" turns the tier off. Kept across restarts (warm restart).
+  std::string ssd_dir = "/var/lib/kvtier/ssd";
+  // Bytes of blocks on disk; never exceeded. Files are sparse.
+  uint64_t ssd_capacity_bytes = 16 * kGiB;
+  std::string ssd_policy = "lru";
+  // O_DIRECT payload I/O: no page-cache copy of cold data.
+  bool ssd_direct_io = true;
+  // Threads doing SSD I/O, and how many moves may wait for one: when the
+  // queue is full, blocks leaving the host are dropped rather than waited on.
+  uint32_t ssd_io_threads = 4;
+  uint32_t ssd_queue = 256;
+
   Status Validate() const;
 };
 

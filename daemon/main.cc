@@ -13,7 +13,8 @@
 namespace kvtier::daemon {
 namespace {
 
-Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c) {
+Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
+                                                        tiers::IoExecutor* io) {
   KVTIER_ASSIGN_OR_RETURN(
       std::unique_ptr<tiers::Tier> host,
       tiers::NewHostTier({c.host_capacity_bytes, c.host_slab_bytes, c.host_reserve_memory}));
@@ -22,10 +23,19 @@ Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c) {
     KVTIER_ASSIGN_OR_RETURN(
         device, tiers::NewEmulatedDeviceTier({c.device_capacity_bytes, c.host_slab_bytes, true}));
   }
+  std::unique_ptr<tiers::Tier> ssd;
+  if (!c.ssd_dir.empty()) {
+    auto opened = tiers::NewSsdTier({c.ssd_dir, c.ssd_capacity_bytes, c.ssd_direct_io});
+    if (!opened) return opened.status().WithContext("ssd tier at " + c.ssd_dir);
+    ssd = std::move(opened).value();
+  }
   tiers::EngineOptions options;
   options.host_policy = c.host_policy;
   options.device_policy = c.device_policy;
-  return tiers::CacheEngine::Create(options, std::move(device), std::move(host));
+  options.ssd_policy = c.ssd_policy;
+  options.io = io;
+  options.log = [](const std::string& line) { Log(LogLevel::kWarn, line); };
+  return tiers::CacheEngine::Create(options, std::move(device), std::move(host), std::move(ssd));
 }
 
 // io_context::run(), but after each burst of work the thread keeps polling
@@ -42,28 +52,46 @@ void RunLoop(asio::io_context& io, std::chrono::microseconds busy_poll) {
 }
 
 int Run(const DaemonConfig& config) {
-  auto engine = BuildEngine(config);
-  if (!engine) {
-    Log(LogLevel::kError, Str("cannot build the tiers: ", engine.status().ToString()));
+  asio::io_context io(1);
+  // Declared before the executor, so the executor (which joins its threads)
+  // goes first at teardown, once every completion has run.
+  std::unique_ptr<tiers::CacheEngine> engine;
+  std::unique_ptr<tiers::IoExecutor> ssd_io = tiers::NewThreadPoolExecutor(
+      config.ssd_io_threads, config.ssd_queue,
+      [&io](std::function<void()> done) { asio::post(io, std::move(done)); });
+  auto built = BuildEngine(config, ssd_io.get());
+  if (!built) {
+    Log(LogLevel::kError, Str("cannot build the tiers: ", built.status().ToString()));
     return 1;
   }
-  asio::io_context io(1);
+  engine = std::move(built).value();
+  if (auto restored = engine->Recover(); !restored) {
+    Log(LogLevel::kError, Str("cannot restore the ssd tier: ", restored.status().ToString()));
+    return 1;
+  } else if (*restored > 0) {
+    Log(LogLevel::kInfo,
+        Str("warm restart: ", *restored, " blocks restored from ", config.ssd_dir));
+  }
   asio::thread_pool copy_pool(config.copy_threads);
-  Service service(**engine, config, copy_pool);
+  const tiers::Tier* ssd = engine->tier(tiers::TierKind::kSsd);
+  Service service(*engine, config, copy_pool,
+                  ssd != nullptr ? ssd->persistent_secret() : std::span<const std::byte>());
   auto server = Server::Create(io, service, config);
   if (!server) {
     Log(LogLevel::kError, server.status().ToString());
     return 1;
   }
 
-  const tiers::EngineStats stats = (*engine)->Stats();
+  const tiers::EngineStats stats = engine->Stats();
+  const std::string* policies[] = {&config.device_policy, &config.host_policy, &config.ssd_policy};
   for (const tiers::TierStats& t : stats.tiers) {
-    if (t.present)
+    if (t.present) {
       Log(LogLevel::kInfo,
-          Str("tier ", t.description, ", policy ",
-              t.kind == tiers::TierKind::kHost ? config.host_policy : config.device_policy));
+          Str("tier ", t.description, ", policy ", *policies[static_cast<size_t>(t.kind)]));
+    }
   }
   if (!stats.tiers[0].present) Log(LogLevel::kInfo, "tier device: off");
+  if (!stats.tiers[2].present) Log(LogLevel::kInfo, "tier ssd: off");
   Log(LogLevel::kInfo, Str("listening on ", config.socket_path, " (mode 0", std::oct,
                            config.socket_mode, std::dec, ")"));
 
@@ -79,6 +107,17 @@ int Run(const DaemonConfig& config) {
 
   server->reset();
   copy_pool.join();
+  // Let the disk finish what it was doing, so nothing the engine waits for
+  // is lost, then make it durable.
+  while (ssd_io->in_flight() > 0) {
+    io.restart();
+    io.run_one();
+  }
+  if (tiers::Tier* t = engine->tier(tiers::TierKind::kSsd)) {
+    if (Status s = t->Sync(); !s.ok()) Log(LogLevel::kWarn, Str("ssd sync: ", s.ToString()));
+  }
+  ssd_io.reset();
+  engine.reset();
   Log(LogLevel::kInfo, "stopped");
   return 0;
 }

@@ -58,8 +58,9 @@ WireWriteState ToWire(tiers::WriteState s) {
   return WireWriteState::kSkipped;
 }
 
-std::vector<std::byte> MasterSecret(const std::string& hex) {
+std::vector<std::byte> MasterSecret(const std::string& hex, std::span<const std::byte> persistent) {
   std::vector<std::byte> secret;
+  if (hex.empty() && !persistent.empty()) return {persistent.begin(), persistent.end()};
   if (!hex.empty()) {
     for (size_t i = 0; i + 1 < hex.size(); i += 2) {
       secret.push_back(static_cast<std::byte>(std::stoul(hex.substr(i, 2), nullptr, 16)));
@@ -78,11 +79,35 @@ std::vector<std::byte> MasterSecret(const std::string& hex) {
 }  // namespace
 
 Service::Service(tiers::CacheEngine& engine, const DaemonConfig& config,
-                 asio::thread_pool& copy_pool)
+                 asio::thread_pool& copy_pool, std::span<const std::byte> persistent_secret)
     : engine_(engine),
       config_(config),
       copy_pool_(copy_pool),
-      master_secret_(MasterSecret(config.secret_hex)) {}
+      master_secret_(MasterSecret(config.secret_hex, persistent_secret)) {}
+
+asio::awaitable<Result<tiers::Lease>> Service::Acquire(prefix_index::NamespaceId ns,
+                                                       std::span<const prefix_index::BlockKey> keys,
+                                                       tiers::TierKind tier) {
+  // The completion runs on this (the engine's) thread, either inside
+  // AcquireAsync or later from an ssd read; a timer cancelled by it wakes
+  // the coroutine in the second case.
+  struct Wait {
+    explicit Wait(const asio::any_io_executor& ex) : timer(ex) {}
+    std::optional<Result<tiers::Lease>> result;
+    asio::steady_timer timer;
+  };
+  auto wait = std::make_shared<Wait>(co_await asio::this_coro::executor);
+  engine_.AcquireAsync(ns, keys, tier, [wait](Result<tiers::Lease> r) {
+    wait->result.emplace(std::move(r));
+    wait->timer.cancel();
+  });
+  while (!wait->result) {
+    wait->timer.expires_at(asio::steady_timer::time_point::max());
+    boost::system::error_code ec;
+    co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  co_return std::move(*wait->result);
+}
 
 uint64_t Service::OpenSession() {
   ++sessions_;
@@ -146,6 +171,8 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
     status = co_await Put(s, h, std::get<protocol::PutRequest>(request), reply);
   } else if (h.opcode == Opcode::kGet) {
     status = co_await Get(s, h, std::get<protocol::KeysRequest>(request), reply);
+  } else if (h.opcode == Opcode::kAcquire) {
+    status = co_await AcquireRequest(s, h, std::get<protocol::AcquireRequest>(request), reply);
   } else {
     status = Dispatch(s, h, request, reply);
   }
@@ -247,17 +274,6 @@ Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Reques
       protocol::EncodeCountReply(h.opcode, h.request_id, {}, out);
       return Status::Ok();
     }
-    case Opcode::kAcquire: {
-      const auto& r = std::get<protocol::AcquireRequest>(request);
-      KVTIER_ASSIGN_OR_RETURN(tiers::Lease lease, engine_.Acquire(s.ns, r.keys, ToTier(r.tier)));
-      protocol::AcquireReply rep;
-      rep.lease_id = lease.id();
-      rep.tier = r.tier;
-      for (size_t i = 0; i < lease.size(); ++i) rep.offsets.push_back(lease.location(i).offset);
-      s.leases.emplace(lease.id(), std::move(lease));
-      protocol::EncodeAcquireReply(h.request_id, rep, out);
-      return Status::Ok();
-    }
     case Opcode::kRelease: {
       const uint64_t id = std::get<protocol::HandleRequest>(request).id;
       if (s.leases.erase(id) == 0) {
@@ -277,6 +293,7 @@ Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Reques
       return Status::Ok();
     case Opcode::kPut:
     case Opcode::kGet:
+    case Opcode::kAcquire:
       break;
   }
   return InternalError("unhandled opcode");
@@ -306,12 +323,26 @@ asio::awaitable<Status> Service::Put(SessionState& s, const FrameHeader& h,
   co_return Status::Ok();
 }
 
+asio::awaitable<Status> Service::AcquireRequest(SessionState& s, const FrameHeader& h,
+                                                const protocol::AcquireRequest& r, Reply* reply) {
+  Result<tiers::Lease> acquired = co_await Acquire(s.ns, r.keys, ToTier(r.tier));
+  if (!acquired) co_return acquired.status();
+  tiers::Lease lease = std::move(acquired).value();
+  protocol::AcquireReply rep;
+  rep.lease_id = lease.id();
+  rep.tier = r.tier;
+  for (size_t i = 0; i < lease.size(); ++i) rep.offsets.push_back(lease.location(i).offset);
+  s.leases.emplace(lease.id(), std::move(lease));
+  protocol::EncodeAcquireReply(h.request_id, rep, &reply->frame);
+  co_return Status::Ok();
+}
+
 asio::awaitable<Status> Service::Get(SessionState& s, const FrameHeader& h,
                                      const protocol::KeysRequest& r, Reply* reply) {
   // As many keys as fit one reply frame.
   const uint64_t fit = (config_.max_payload_bytes - 4) / s.block_bytes;
   const auto keys = std::span(r.keys).first(std::min<size_t>(r.keys.size(), fit));
-  auto acquired = engine_.Acquire(s.ns, keys, TierKind::kHost);
+  auto acquired = co_await Acquire(s.ns, keys, TierKind::kHost);
   if (!acquired) co_return acquired.status();
   tiers::Lease lease = std::move(acquired).value();
   const auto hits = static_cast<uint32_t>(lease.size());
@@ -351,6 +382,11 @@ void Service::StatsReply(const FrameHeader& h, Reply* reply) {
   add("dropped_blocks", st.dropped_blocks);
   add("orphan_drops", st.orphan_drops);
   add("removed_blocks", st.removed_blocks);
+  add("checksum_failures", st.checksum_failures);
+  add("io_errors", st.io_errors);
+  add("demotions_dropped", st.demotions_dropped);
+  add("moves_in_flight", st.moves_in_flight);
+  add("ssd_paused", st.ssd_paused ? 1 : 0);
   for (const tiers::TierStats& t : st.tiers) {
     const std::string p = "tier." + std::string(tiers::TierKindName(t.kind)) + ".";
     add(p + "present", t.present ? 1 : 0);

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -39,8 +40,12 @@ struct Reply {
 
 class Service {
  public:
-  // `engine` and `copy_pool` must outlive the Service.
-  Service(tiers::CacheEngine& engine, const DaemonConfig& config, asio::thread_pool& copy_pool);
+  // `engine` and `copy_pool` must outlive the Service. Namespace secrets
+  // derive from config.secret_hex if set, else from `persistent_secret`
+  // (the ssd tier's, so keys outlive a restart) if not empty, else from a
+  // random secret.
+  Service(tiers::CacheEngine& engine, const DaemonConfig& config, asio::thread_pool& copy_pool,
+          std::span<const std::byte> persistent_secret);
 
   uint64_t OpenSession();
   // Ends the session: aborts its writes, releases its leases.
@@ -62,11 +67,17 @@ class Service {
                               const protocol::PutRequest& r, Reply* reply);
   asio::awaitable<Status> Get(SessionState& s, const protocol::FrameHeader& h,
                               const protocol::KeysRequest& r, Reply* reply);
+  asio::awaitable<Status> AcquireRequest(SessionState& s, const protocol::FrameHeader& h,
+                                         const protocol::AcquireRequest& r, Reply* reply);
   Status Dispatch(SessionState& s, const protocol::FrameHeader& h, protocol::Request& r,
                   Reply* reply);
   void StatsReply(const protocol::FrameHeader& h, Reply* reply);
   std::array<std::byte, protocol::kNamespaceSecretBytes> NamespaceSecret(
       const std::string& model, const std::string& salt) const;
+  // AcquireAsync, awaited: promotions from the ssd complete meanwhile.
+  asio::awaitable<Result<tiers::Lease>> Acquire(prefix_index::NamespaceId ns,
+                                                std::span<const prefix_index::BlockKey> keys,
+                                                tiers::TierKind tier);
   // Runs `copy` on the copy pool when it moves many bytes, inline otherwise.
   template <typename F>
   asio::awaitable<void> Copy(uint64_t bytes, F copy);

@@ -121,7 +121,10 @@ Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& op
 
 CacheEngine::CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> device,
                          std::unique_ptr<Tier> host, std::unique_ptr<Tier> ssd)
-    : clock_(*options.clock), io_(options.io), ssd_pause_ns_(options.ssd_pause_ns) {
+    : clock_(*options.clock),
+      io_(options.io),
+      ssd_pause_ns_(options.ssd_pause_ns),
+      log_(options.log) {
   tiers_[Index(TierKind::kDevice)] = std::move(device);
   tiers_[Index(TierKind::kHost)] = std::move(host);
   tiers_[Index(TierKind::kSsd)] = std::move(ssd);
@@ -511,6 +514,9 @@ void CacheEngine::OnPromoted(EntryId id, Status status) {
     if (!status.ok()) {
       if (status.code() == StatusCode::kCorruption) {
         ++stats_.checksum_failures;
+        LogLimited(checksum_log_,
+                   "block " + index_.key(id).ToHex() +
+                       " failed its check on the ssd; dropped: " + status.ToString());
       } else {
         IoFailed(status, /*pause=*/false);
       }
@@ -760,7 +766,27 @@ void CacheEngine::IoFailed(const Status& status, bool pause) {
     ssd_paused_until_ = clock_.Now() + ssd_pause_ns_;
     ++ssd_pauses_;
     last_io_error_ = status;
+    LogLimited(io_log_, "ssd write failed (" + status.ToString() +
+                            "); no demotions to the ssd for " +
+                            std::to_string(ssd_pause_ns_ / kNsPerSec) + " s");
+  } else {
+    LogLimited(io_log_, "ssd I/O error: " + status.ToString());
   }
+}
+
+void CacheEngine::LogLimited(LogLimit& limit, const std::string& line) {
+  const TimeNs now = clock_.Now();
+  if (limit.last != INT64_MIN && now - limit.last < 10 * kNsPerSec) {
+    ++limit.unreported;
+    return;
+  }
+  if (log_) {
+    log_(limit.unreported == 0 ? line
+                               : line + " (and " + std::to_string(limit.unreported) +
+                                     " more like it since the last report)");
+  }
+  limit.last = now;
+  limit.unreported = 0;
 }
 
 void CacheEngine::Drop(EntryId id) {

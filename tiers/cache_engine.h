@@ -70,6 +70,10 @@ struct EngineOptions {
   // SSD stop for this long: blocks leaving the host are dropped instead,
   // and the error is logged once for the burst. Default 10 s.
   TimeNs ssd_pause_ns = 10 * kNsPerSec;
+  // Receives one line per event worth an operator's attention (an ssd
+  // pause, a checksum failure), at most one per kind every 10 s with a
+  // count of what it stands for. Runs on the engine's thread. May be empty.
+  std::function<void(const std::string&)> log;
 };
 
 // Where one block of a result lives.
@@ -378,6 +382,15 @@ class CacheEngine {
   uint64_t moves_in_flight_ = 0;
   uint64_t ssd_pauses_ = 0;
   Status last_io_error_;
+  std::function<void(const std::string&)> log_;
+  // Rate limiting of log lines: when each kind last logged, and how many
+  // events it has not reported since.
+  struct LogLimit {
+    TimeNs last = INT64_MIN;
+    uint64_t unreported = 0;
+  };
+  LogLimit checksum_log_, io_log_;
+  void LogLimited(LogLimit& limit, const std::string& line);
   std::array<uint64_t, kNumTierKinds> pinned_in_tier_{};
   EngineStats stats_;  // counters; gauges are filled in by Stats()
 };

@@ -115,6 +115,12 @@ TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
   EXPECT_EQ(c->host_reserve_memory, d.host_reserve_memory);
   EXPECT_EQ(c->device_mode, d.device_mode);
   EXPECT_EQ(c->device_capacity_bytes, d.device_capacity_bytes);
+  EXPECT_EQ(c->ssd_dir, d.ssd_dir);
+  EXPECT_EQ(c->ssd_capacity_bytes, d.ssd_capacity_bytes);
+  EXPECT_EQ(c->ssd_policy, d.ssd_policy);
+  EXPECT_EQ(c->ssd_direct_io, d.ssd_direct_io);
+  EXPECT_EQ(c->ssd_io_threads, d.ssd_io_threads);
+  EXPECT_EQ(c->ssd_queue, d.ssd_queue);
 }
 
 }  // namespace

@@ -65,7 +65,8 @@ TEST(LifecycleTest, LiveSocketOfAnotherDaemonIsAnError) {
   ASSERT_NE(d, nullptr);
   std::string err;
   const int status = RunDaemonToExit(
-      {"--socket", d->socket(), "--no-reserve-memory", "--host-capacity", "8MiB"}, &err);
+      {"--socket", d->socket(), "--no-reserve-memory", "--host-capacity", "8MiB", "--ssd-dir", ""},
+      &err);
   ASSERT_TRUE(WIFEXITED(status)) << err;
   EXPECT_NE(WEXITSTATUS(status), 0);
   EXPECT_NE(err.find("another kvtierd is listening"), std::string::npos) << err;
@@ -78,7 +79,8 @@ TEST(LifecycleTest, PathThatIsNotASocketIsLeftAlone) {
   const std::string path = dir + "/file";
   std::ofstream(path) << "precious";
   std::string err;
-  const int status = RunDaemonToExit({"--socket", path, "--no-reserve-memory"}, &err);
+  const int status =
+      RunDaemonToExit({"--socket", path, "--no-reserve-memory", "--ssd-dir", ""}, &err);
   EXPECT_NE(WEXITSTATUS(status), 0);
   EXPECT_NE(err.find("not a socket"), std::string::npos) << err;
   std::ifstream in(path);

@@ -26,7 +26,8 @@ Status ErrnoStatus(int err, std::string_view op, const std::string& path, uint64
 
 class PosixBlockFile final : public BlockFile {
  public:
-  PosixBlockFile(int fd, std::string path, bool direct) : fd_(fd), path_(std::move(path)), direct_(direct) {}
+  PosixBlockFile(int fd, std::string path, bool direct)
+      : fd_(fd), path_(std::move(path)), direct_(direct) {}
   ~PosixBlockFile() override { ::close(fd_); }
   PosixBlockFile(const PosixBlockFile&) = delete;
   PosixBlockFile& operator=(const PosixBlockFile&) = delete;
@@ -34,8 +35,8 @@ class PosixBlockFile final : public BlockFile {
   Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
     size_t done = 0;
     while (done < data.size()) {
-      const ssize_t n = ::pwrite(fd_, data.data() + done, data.size() - done,
-                                 static_cast<off_t>(offset + done));
+      const ssize_t n =
+          ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
       if (n < 0) {
         if (errno == EINTR) continue;
         return ErrnoStatus(errno, "write", path_, offset + done);

@@ -166,9 +166,8 @@ bool DecodeRecord(std::string_view key, std::string_view value, SsdRecord* r) {
   r->priority = static_cast<uint8_t>(in.LE(1));
   r->created_ns = static_cast<int64_t>(in.LE(8));
   r->last_access_ns = static_cast<int64_t>(in.LE(8));
-  return in.done() && has_parent <= 1 && ValidSlotBytes(r->slot.slot_bytes) &&
-         r->block_bytes > 0 && r->block_bytes <= r->slot.slot_bytes &&
-         key == RecordKey(r->ns_id, r->key);
+  return in.done() && has_parent <= 1 && ValidSlotBytes(r->slot.slot_bytes) && r->block_bytes > 0 &&
+         r->block_bytes <= r->slot.slot_bytes && key == RecordKey(r->ns_id, r->key);
 }
 
 std::string EncodeNamespace(const SsdNamespace& ns) {
@@ -384,8 +383,9 @@ struct SsdStore::SlotClass {
   std::unique_ptr<BlockFile> file;
   // Allocator thread only:
   uint64_t file_size = 0;
-  uint64_t high_water = 0;   // no index at or above it is in use
-  std::set<uint64_t> free;   // free indices below high_water
+  uint64_t high_water = 0;  // no index at or above it is in use
+  std::set<uint64_t> free;  // free indices below high_water
+  std::set<uint64_t> kept;  // freed indices not hole-punched (may be >= high_water)
   uint64_t in_use = 0;
 };
 
@@ -493,7 +493,9 @@ Result<SsdSlot> SsdStore::Allocate(uint64_t block_bytes) {
                                     " in use; no room for a slot of " + FormatBytes(slot_bytes));
     }
     KVTIER_ASSIGN_OR_RETURN(SlotClass * cls, GetOrAddClass(slot_bytes));
-    const uint64_t index = cls->free.empty() ? cls->high_water : *cls->free.begin();
+    const uint64_t index = !cls->kept.empty()   ? *cls->kept.begin()
+                           : !cls->free.empty() ? *cls->free.begin()
+                                                : cls->high_water;
     const uint64_t end = (index + 1) * slot_bytes;
     if (end > cls->file_size) {
       const uint64_t chunk = slot_bytes * std::max<uint64_t>(1, kFileGrowBytes / slot_bytes);
@@ -501,11 +503,13 @@ Result<SsdSlot> SsdStore::Allocate(uint64_t block_bytes) {
       KVTIER_RETURN_IF_ERROR(cls->file->Truncate(new_size));
       cls->file_size = new_size;
     }
-    if (index == cls->high_water) {
-      ++cls->high_water;
+    if (index >= cls->high_water) {
+      for (uint64_t i = cls->high_water; i < index; ++i) cls->free.insert(cls->free.end(), i);
+      cls->high_water = index + 1;
     } else {
-      cls->free.erase(cls->free.begin());
+      cls->free.erase(index);
     }
+    if (cls->kept.erase(index) > 0) kept_free_bytes_ -= slot_bytes;
     ++cls->in_use;
     used_bytes_ += slot_bytes;
     return SsdSlot{slot_bytes, index};
@@ -541,6 +545,7 @@ Status SsdStore::Reserve(const SsdSlot& slot) {
       return FailedPreconditionError("SSD slot " + std::to_string(slot.index) + " of " +
                                      SlotFileName(slot.slot_bytes) + " is already in use");
     }
+    if (cls->kept.erase(slot.index) > 0) kept_free_bytes_ -= slot.slot_bytes;
     ++cls->in_use;
     used_bytes_ += slot.slot_bytes;
     return Status::Ok();
@@ -567,6 +572,11 @@ Status SsdStore::Free(const SsdSlot& slot) {
     }
     --cls->in_use;
     used_bytes_ -= slot.slot_bytes;
+    if (kept_free_bytes_ + slot.slot_bytes <= options_.kept_free_bytes) {
+      cls->kept.insert(slot.index);
+      kept_free_bytes_ += slot.slot_bytes;
+      return Status::Ok();
+    }
     Status s = cls->file->PunchHole(slot.offset(), slot.slot_bytes);
     if (s.code() == StatusCode::kFailedPrecondition) {
       if (!hole_note_given_) Note(std::string(s.message()) + "; disk use will not shrink on Free");
@@ -581,6 +591,7 @@ SsdStats SsdStore::Stats() const {
   SsdStats stats;
   stats.capacity_bytes = options_.capacity_bytes;
   stats.used_bytes = used_bytes_;
+  stats.kept_free_bytes = kept_free_bytes_;
   std::shared_lock lock(classes_mu_);
   stats.files = classes_.size();
   for (const auto& [slot_bytes, cls] : classes_) {
@@ -633,8 +644,8 @@ Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::
     SsdRecord stored = record;
     stored.block_bytes = bytes.size();
     stored.checksum = XXH3_64bits(bytes.data(), bytes.size());
-    KVTIER_RETURN_IF_ERROR(WritePayload(*file, slot.offset(), bytes)
-                               .WithContext("block " + record.key.ToHex()));
+    KVTIER_RETURN_IF_ERROR(
+        WritePayload(*file, slot.offset(), bytes).WithContext("block " + record.key.ToHex()));
     // Only now the record: after a crash it never points at missing bytes.
     KVTIER_RETURN_IF_ERROR(PutRecord(stored));
     return stored;
@@ -727,8 +738,8 @@ Result<uint32_t> SsdStore::RegisterNamespace(std::string_view model, std::string
     for (const SsdNamespace& ns : namespaces_) {
       if (ns.model != model || ns.salt != salt) continue;
       if (ns.layout == layout) return ns.id;
-      return InvalidArgumentError("namespace model=" + std::string(model) + " salt=" +
-                                  std::string(salt) + " is stored with layout " +
+      return InvalidArgumentError("namespace model=" + std::string(model) +
+                                  " salt=" + std::string(salt) + " is stored with layout " +
                                   ns.layout.ToString() + ", not " + layout.ToString());
     }
     SsdNamespace ns{static_cast<uint32_t>(namespaces_.size()), std::string(model),
