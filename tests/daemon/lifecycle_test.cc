@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "daemon_harness.h"
@@ -89,6 +90,31 @@ TEST(LifecycleTest, PathThatIsNotASocketIsLeftAlone) {
   EXPECT_EQ(content, "precious");
   ::unlink(path.c_str());
   ::rmdir(dir.c_str());
+}
+
+TEST(LifecycleTest, DataDirectoryOfAnotherFormatIsRefusedUntouched) {
+  char tmpl[] = "/var/tmp/kvtier-format-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  std::ofstream(dir + "/FORMAT") << "kvtier-ssd-format 99\n";
+  std::ofstream(dir + "/blocks-4096.dat") << "someone's data";
+  std::string err;
+  const int status = RunDaemonToExit({"--socket", dir + "/kvtierd.sock", "--no-reserve-memory",
+                                      "--host-capacity", "8MiB", "--ssd-dir", dir},
+                                     &err);
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_NE(err.find("format"), std::string::npos) << err;
+  // Nothing in it changed: the same two files, the same bytes.
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_EQ(files, 2u);
+  std::ifstream format(dir + "/FORMAT");
+  std::string line;
+  std::getline(format, line);
+  EXPECT_EQ(line, "kvtier-ssd-format 99");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LifecycleTest, HelpListsTheFlags) {

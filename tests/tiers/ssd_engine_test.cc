@@ -209,6 +209,19 @@ TEST_F(SsdEngineTest, ReadErrorIsAMiss) {
   EXPECT_GE(engine_->Stats().io_errors, 1u);
 }
 
+TEST_F(SsdEngineTest, TruncatedFileIsAMiss) {
+  Build(4, 64, /*faulty=*/true);
+  const auto a = Chain(1, 2);
+  Put(*engine_, ns_, a);
+  Put(*engine_, ns_, Chain(2, 4));
+  io_.RunAll();
+  faults_.SetTruncatedAt(0);  // as if the files lost their tails
+  Lease lease = AcquireAll(a);
+  EXPECT_EQ(lease.size(), 0u);
+  EXPECT_GE(engine_->Stats().checksum_failures + engine_->Stats().io_errors, 1u);
+  EXPECT_EQ(Where(a).size(), 0u);
+}
+
 TEST_F(SsdEngineTest, FullDiskStopsAdmissionAndTheHostKeepsServing) {
   Build(4, 64, /*faulty=*/true);
   faults_.SetNoSpaceOnWrite(true);
