@@ -201,13 +201,15 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   if (ssd != nullptr) {
     const toml::table& t = *ssd;
     KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
-        t, path, "ssd", {"dir", "capacity", "policy", "direct_io", "io_threads", "queue"}));
+        t, path, "ssd",
+        {"dir", "capacity", "policy", "direct_io", "io_threads", "queue", "write_through"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "dir", String(&c.ssd_dir)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "capacity", Bytes(&c.ssd_capacity_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "policy", String(&c.ssd_policy)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "direct_io", Bool(&c.ssd_direct_io)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "io_threads", Uint32(&c.ssd_io_threads)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "queue", Uint32(&c.ssd_queue)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "write_through", Bool(&c.ssd_write_through)));
   }
   return c;
 }
@@ -229,6 +231,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   uint32_t max_keys = 0, copy_threads = 0;
   std::optional<uint32_t> busy_poll_us;
   bool no_reserve = false;
+  bool write_through = false;
   app.add_option("--socket", socket, "Unix socket path [/run/kvtier/kvtierd.sock]");
   app.add_option("--socket-mode", socket_mode, "socket file mode, octal [0660]");
   app.add_option("--max-payload", max_payload, "largest frame payload [64MiB]");
@@ -249,6 +252,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--ssd-capacity", ssd_capacity, "ssd tier bytes [16GiB]");
   app.add_option("--ssd-policy", ssd_policy, "ssd tier eviction policy [lru]");
   app.add_option("--ssd-io-threads", ssd_io_threads, "threads doing ssd I/O [4]");
+  app.add_flag("--ssd-write-through", write_through,
+               "write every committed block to the ssd at once [write-back]");
   app.set_version_flag("--version", "kvtierd 0.1.0");
   try {
     app.parse(argc, argv);
@@ -301,6 +306,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (ssd_dir) c.ssd_dir = *ssd_dir;
   if (!ssd_policy.empty()) c.ssd_policy = ssd_policy;
   if (ssd_io_threads != 0) c.ssd_io_threads = ssd_io_threads;
+  if (write_through) c.ssd_write_through = true;
   if (Status s = c.Validate(); !s.ok()) return fail(s);
   return out;
 }

@@ -61,6 +61,11 @@ struct DaemonConfig {
   // queue is full, blocks leaving the host are dropped rather than waited on.
   uint32_t ssd_io_threads = 4;
   uint32_t ssd_queue = 256;
+  // false (write-back): a block reaches the disk when the host evicts it.
+  // true (write-through): every committed block is written to the disk at
+  // once too, so a crash loses nothing committed; costs a disk write per
+  // block and disk space for blocks also in memory.
+  bool ssd_write_through = false;
 
   Status Validate() const;
 };

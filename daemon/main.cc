@@ -34,6 +34,7 @@ Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
   options.device_policy = c.device_policy;
   options.ssd_policy = c.ssd_policy;
   options.io = io;
+  options.ssd_write_through = c.ssd_write_through;
   options.log = [](const std::string& line) { Log(LogLevel::kWarn, line); };
   return tiers::CacheEngine::Create(options, std::move(device), std::move(host), std::move(ssd));
 }

@@ -387,6 +387,8 @@ void Service::StatsReply(const FrameHeader& h, Reply* reply) {
   add("demotions_dropped", st.demotions_dropped);
   add("moves_in_flight", st.moves_in_flight);
   add("ssd_paused", st.ssd_paused ? 1 : 0);
+  add("shadow_blocks", st.shadow_blocks);
+  add("write_through_skipped", st.write_through_skipped);
   for (const tiers::TierStats& t : st.tiers) {
     const std::string p = "tier." + std::string(tiers::TierKindName(t.kind)) + ".";
     add(p + "present", t.present ? 1 : 0);

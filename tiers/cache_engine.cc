@@ -124,6 +124,7 @@ CacheEngine::CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> dev
     : clock_(*options.clock),
       io_(options.io),
       ssd_pause_ns_(options.ssd_pause_ns),
+      write_through_(options.ssd_write_through),
       log_(options.log) {
   tiers_[Index(TierKind::kDevice)] = std::move(device);
   tiers_[Index(TierKind::kHost)] = std::move(host);
@@ -361,6 +362,9 @@ Status CacheEngine::CommitAllocation(uint64_t id) {
     --pending_blocks_;
     ++stats_.committed_blocks;
   }
+  if (write_through_ && tier(TierKind::kSsd) != nullptr) {
+    for (EntryId e : rec.pending) StartShadow(e);
+  }
   // Last block first, so the chain's head ends up the most recent (as in
   // ReleaseLease). Unpin drops a block at once if an ancestor went meanwhile.
   for (auto p = rec.pending.rbegin(); p != rec.pending.rend(); ++p) Unpin(*p);
@@ -504,8 +508,14 @@ void CacheEngine::OnPromoted(EntryId id, Status status) {
   blocks_[id].promoting = false;
   if (status.ok() && blocks_[id].state == State::kReady) {
     const uint64_t bytes = BlockBytes(id);
-    LeaveTier(id);
+    const SlotId on_disk = blocks_[id].slot;
+    LeaveTier(id, /*free_slot=*/!write_through_);
     EnterTier(id, p.to, p.slot);
+    if (write_through_) {  // the disk copy stays, as the block's shadow
+      blocks_[id].has_shadow = true;
+      blocks_[id].shadow = on_disk;
+      ++shadows_;
+    }
     TierStats& in = stats_.tiers[Index(p.to)];
     in.bytes_in += bytes;
     ++in.promotions_in;
@@ -688,6 +698,16 @@ Status CacheEngine::Move(EntryId id, TierKind to) {
 }
 
 bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
+  if (blocks_[id].has_shadow && !blocks_[id].shadow_pending) {
+    // Written through already: the shadow becomes the block, no I/O.
+    const SlotId shadow = blocks_[id].shadow;
+    blocks_[id].has_shadow = false;
+    --shadows_;
+    LeaveTier(id);
+    EnterTier(id, to, shadow);
+    ++stats_.tiers[Index(to)].demotions_in;
+    return true;
+  }
   if (clock_.Now() < ssd_paused_until_) return false;
   const uint64_t bytes = BlockBytes(id);
   Pin(id);  // making room below must not pick it (nor its removal drop it)
@@ -789,6 +809,72 @@ void CacheEngine::LogLimited(LogLimit& limit, const std::string& line) {
   limit.unreported = 0;
 }
 
+void CacheEngine::StartShadow(EntryId id) {
+  Tier* ssd = tier(TierKind::kSsd);
+  if (blocks_[id].has_shadow || blocks_[id].tier == TierKind::kSsd) return;
+  const uint64_t bytes = BlockBytes(id);
+  Result<SlotId> slot = clock_.Now() < ssd_paused_until_
+                            ? Result<SlotId>(UnavailableError("paused"))
+                            : MakeRoom(TierKind::kSsd, bytes);
+  if (!slot) {
+    ++stats_.write_through_skipped;
+    return;
+  }
+  Tier& src = *tiers_[Index(blocks_[id].tier)];
+  auto copy = std::make_shared<std::vector<std::byte>>(bytes);
+  const std::span<std::byte> view = src.HostView(blocks_[id].slot, bytes);
+  Status read = view.empty() ? src.Read(blocks_[id].slot, *copy) : Status::Ok();
+  if (!view.empty()) std::memcpy(copy->data(), view.data(), bytes);
+  auto checksum = std::make_shared<uint64_t>(0);
+  const bool queued =
+      read.ok() && io_->Submit(
+                       [ssd, s = *slot, info = InfoOf(id), copy, checksum]() -> Status {
+                         KVTIER_ASSIGN_OR_RETURN(*checksum, ssd->WriteBlock(s, info, *copy));
+                         return Status::Ok();
+                       },
+                       [this, id, checksum](Status status) {
+                         OnShadowWritten(id, std::move(status), *checksum);
+                       });
+  if (!queued) {
+    ssd->Free(*slot);
+    ++stats_.write_through_skipped;
+    return;
+  }
+  Pin(id);  // until the write lands, so the shadow cannot outlive its block
+  Block& b = blocks_[id];
+  b.has_shadow = true;
+  b.shadow_pending = true;
+  b.shadow = *slot;
+  ++shadows_;
+  ++moves_in_flight_;
+}
+
+void CacheEngine::OnShadowWritten(EntryId id, Status status, uint64_t checksum) {
+  --moves_in_flight_;
+  Block& b = blocks_[id];
+  b.shadow_pending = false;
+  if (status.ok()) {
+    b.checksum = checksum;
+  } else {
+    IoFailed(status, /*pause=*/true);
+    FreeShadow(id);
+  }
+  Unpin(id);
+}
+
+void CacheEngine::FreeShadow(EntryId id) {
+  Block& b = blocks_[id];
+  if (!b.has_shadow) return;
+  Tier* ssd = tier(TierKind::kSsd);
+  ssd->Free(b.shadow);
+  if (!io_->Submit([ssd, info = InfoOf(id)] { return ssd->ForgetBlock(info); },
+                   [](const Status&) {})) {
+    ++stats_.io_errors;
+  }
+  b.has_shadow = false;
+  --shadows_;
+}
+
 void CacheEngine::Drop(EntryId id) {
   assert(blocks_[id].pins == 0);
   // Iterative, since a chain can be thousands of blocks deep.
@@ -800,6 +886,7 @@ void CacheEngine::Drop(EntryId id) {
       if (blocks_[c].pins == 0) stack.push_back(c);  // pinned ones go at their last Unpin
     }
     if (e != id || index_.orphan(e)) ++stats_.orphan_drops;
+    FreeShadow(e);
     LeaveTier(e);
     index_.Erase(e);
     ++stats_.dropped_blocks;
@@ -819,13 +906,13 @@ void CacheEngine::EnterTier(EntryId id, TierKind kind, SlotId slot) {
   AdjustParentChildren(id, kind, +1);
 }
 
-void CacheEngine::LeaveTier(EntryId id) {
+void CacheEngine::LeaveTier(EntryId id, bool free_slot) {
   const Block& b = blocks_[id];
   if (b.pins > 0) --pinned_in_tier_[Index(b.tier)];
   PolicyOf(b.tier).Erase(id);
   Tier* t = tiers_[Index(b.tier)].get();
-  t->Free(b.slot);
-  if (t->io_bound()) {
+  if (free_slot) t->Free(b.slot);
+  if (free_slot && t->io_bound()) {
     // Best effort: a record left behind (queue full) points at a slot whose
     // bytes no longer match its checksum, so it can only ever be a miss.
     if (!io_->Submit([t, info = InfoOf(id)] { return t->ForgetBlock(info); },
@@ -867,6 +954,7 @@ EngineStats CacheEngine::Stats() const {
   s.open_allocations = allocations_.size();
   s.open_leases = leases_.size();
   s.moves_in_flight = moves_in_flight_;
+  s.shadow_blocks = shadows_;
   s.ssd_paused = clock_.Now() < ssd_paused_until_;
   return s;
 }
@@ -882,7 +970,7 @@ Status CacheEngine::CheckInvariants() const {
     for (EntryId e : run) ++pins[e];
   }
   std::array<uint64_t, kNumTierKinds> used{}, count{}, pinned{};
-  uint64_t pending = 0;
+  uint64_t pending = 0, shadows = 0;
   for (EntryId id = 0; id < index_.id_limit(); ++id) {
     if (!index_.live(id)) continue;
     const Block& b = blocks_[id];
@@ -910,10 +998,17 @@ Status CacheEngine::CheckInvariants() const {
     if (children != b.children_in_tier) return fail(name + " children_in_tier");
     const size_t t = Index(b.tier);
     used[t] += tiers_[t]->SlotBytes(BlockBytes(id));
+    if (b.has_shadow) {
+      if (b.tier == TierKind::kSsd) return fail(name + " on the ssd with a shadow");
+      used[Index(TierKind::kSsd)] += tiers_[Index(TierKind::kSsd)]->SlotBytes(BlockBytes(id));
+      ++shadows;
+    }
+    if (b.shadow_pending && (!b.has_shadow || b.pins == 0)) return fail(name + " shadow state");
     ++count[t];
     if (b.pins > 0) ++pinned[t];
   }
   if (pending != pending_blocks_) return fail("pending block count");
+  if (shadows != shadows_) return fail("shadow count");
   for (size_t t = 0; t < kNumTierKinds; ++t) {
     if (tiers_[t] == nullptr) continue;
     const std::string tn(TierKindName(static_cast<TierKind>(t)));

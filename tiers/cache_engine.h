@@ -70,6 +70,11 @@ struct EngineOptions {
   // SSD stop for this long: blocks leaving the host are dropped instead,
   // and the error is logged once for the burst. Default 10 s.
   TimeNs ssd_pause_ns = 10 * kNsPerSec;
+  // Write-through: every committed block is also written to the ssd tier at
+  // once (a shadow copy), so a crash loses nothing committed that fits the
+  // disk, and a later demotion costs no write. Default off (write-back: a
+  // block reaches the disk when it is evicted from the host).
+  bool ssd_write_through = false;
   // Receives one line per event worth an operator's attention (an ssd
   // pause, a checksum failure), at most one per kind every 10 s with a
   // count of what it stands for. Runs on the engine's thread. May be empty.
@@ -118,14 +123,16 @@ struct EngineStats {
   uint64_t acquired_blocks = 0;
   uint64_t committed_blocks = 0;
   uint64_t aborted_blocks = 0;
-  uint64_t dropped_blocks = 0;     // left the last tier (evicted or orphaned)
-  uint64_t orphan_drops = 0;       // of which dropped because an ancestor went
-  uint64_t removed_blocks = 0;     // by Remove()
-  uint64_t checksum_failures = 0;  // blocks read back wrong: dropped, never served
-  uint64_t io_errors = 0;          // failed reads and writes of io_bound tiers
-  uint64_t demotions_dropped = 0;  // dropped instead of demoted (no room, queue full, paused)
-  uint64_t moves_in_flight = 0;    // asynchronous moves not yet completed
-  bool ssd_paused = false;         // admission to the ssd tier stopped after an error
+  uint64_t dropped_blocks = 0;         // left the last tier (evicted or orphaned)
+  uint64_t orphan_drops = 0;           // of which dropped because an ancestor went
+  uint64_t removed_blocks = 0;         // by Remove()
+  uint64_t checksum_failures = 0;      // blocks read back wrong: dropped, never served
+  uint64_t io_errors = 0;              // failed reads and writes of io_bound tiers
+  uint64_t demotions_dropped = 0;      // dropped instead of demoted (no room, queue full, paused)
+  uint64_t moves_in_flight = 0;        // asynchronous moves not yet completed
+  bool ssd_paused = false;             // admission to the ssd tier stopped after an error
+  uint64_t shadow_blocks = 0;          // write-through copies on the ssd of blocks in memory
+  uint64_t write_through_skipped = 0;  // committed blocks not written through (full, paused)
 };
 
 class CacheEngine;
@@ -283,6 +290,10 @@ class CacheEngine {
     uint32_t children_in_tier = 0;  // children living in this block's tier
     bool promoting = false;         // a read out of an io_bound tier is in flight
     uint64_t checksum = 0;          // from the io_bound tier's WriteBlock
+    // Write-through: a copy on the ssd while the block lives in memory.
+    bool has_shadow = false;
+    bool shadow_pending = false;  // its write is in flight (the block is pinned)
+    SlotId shadow = 0;
   };
 
   // A promotion out of an io_bound tier: where the block goes, and the
@@ -345,6 +356,11 @@ class CacheEngine {
   Lease MakeLease(NamespaceId ns, std::vector<EntryId> run, TierKind kind);
   BlockInfo InfoOf(EntryId id) const;
   void IoFailed(const Status& status, bool pause);
+  // Write-through: starts writing a committed block's shadow copy.
+  void StartShadow(EntryId id);
+  void OnShadowWritten(EntryId id, Status status, uint64_t checksum);
+  // Frees a block's shadow copy, if any.
+  void FreeShadow(EntryId id);
   // The engine's namespace of an io_bound tier's namespace id, registering
   // it from the tier's table if no worker has attached to it yet.
   std::optional<NamespaceId> NamespaceForTierId(uint32_t tier_ns);
@@ -354,7 +370,8 @@ class CacheEngine {
   void Drop(EntryId id);
   // Tier-membership bookkeeping shared by allocate, move and drop.
   void EnterTier(EntryId id, TierKind kind, SlotId slot);
-  void LeaveTier(EntryId id);
+  // `free_slot` false keeps the slot (it becomes the block's shadow).
+  void LeaveTier(EntryId id, bool free_slot = true);
   void AdjustParentChildren(EntryId id, TierKind kind, int delta);
 
   Status CommitAllocation(uint64_t id);
@@ -380,6 +397,8 @@ class CacheEngine {
   std::unordered_map<EntryId, Promotion> promotions_;
   std::unordered_map<uint64_t, PendingAcquire> pending_acquires_;
   uint64_t moves_in_flight_ = 0;
+  bool write_through_ = false;
+  uint64_t shadows_ = 0;
   uint64_t ssd_pauses_ = 0;
   Status last_io_error_;
   std::function<void(const std::string&)> log_;

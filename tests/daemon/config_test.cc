@@ -121,6 +121,7 @@ TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
   EXPECT_EQ(c->ssd_direct_io, d.ssd_direct_io);
   EXPECT_EQ(c->ssd_io_threads, d.ssd_io_threads);
   EXPECT_EQ(c->ssd_queue, d.ssd_queue);
+  EXPECT_EQ(c->ssd_write_through, d.ssd_write_through);
 }
 
 }  // namespace

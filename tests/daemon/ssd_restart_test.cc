@@ -58,10 +58,12 @@ class SsdRestartTest : public ::testing::Test {
     daemon_.reset();
     std::filesystem::remove_all(data_);
   }
-  void Start() {
+  void Start(bool write_through = false) {
     // 1 MiB of host holds 64 blocks of 16 KiB; the rest goes to disk.
-    daemon_ = Daemon::Start({"--ssd-dir", data_ + "/ssd", "--ssd-capacity", "256MiB",
-                             "--host-capacity", "1MiB", "--host-slab", "256KiB"});
+    std::vector<std::string> args = {"--ssd-dir",       data_ + "/ssd", "--ssd-capacity", "256MiB",
+                                     "--host-capacity", "1MiB",         "--host-slab",    "256KiB"};
+    if (write_through) args.push_back("--ssd-write-through");
+    daemon_ = Daemon::Start(args);
     ASSERT_NE(daemon_, nullptr);
   }
   std::unique_ptr<Client> Connect() {
@@ -134,6 +136,28 @@ TEST_F(SsdRestartTest, BlocksForcedToDiskComeBackAfterARestart) {
     // Push them down again for the next round.
     for (uint32_t seed = 100; seed < 112; ++seed) Put(*c, Prompt(seed, 8));
     Settle(*c);
+  }
+}
+
+TEST_F(SsdRestartTest, WriteThroughLosesNothingCommittedToAKill) {
+  Start(/*write_through=*/true);
+  std::vector<std::vector<BlockKey>> chains;
+  {
+    auto c = Connect();
+    for (uint32_t seed = 0; seed < 6; ++seed) chains.push_back(Put(*c, Prompt(seed, 8)));
+    Settle(*c);  // the writes have landed (no clean stop follows)
+    auto where = c->Lookup(chains[5]);
+    EXPECT_EQ(where->tiers[0], WireTier::kHost);  // still served from memory
+    EXPECT_EQ(Stats(*c)["shadow_blocks"], "48");
+  }
+  daemon_->Stop(SIGKILL);
+  Start(true);
+  auto c = Connect();
+  for (const auto& chain : chains) {
+    auto lease = c->Acquire(chain);
+    ASSERT_TRUE(lease.ok());
+    ASSERT_EQ(lease->size(), 8u);
+    for (size_t b = 0; b < 8; ++b) EXPECT_TRUE(Matches(lease->Bytes(b), chain[b]));
   }
 }
 

@@ -38,7 +38,8 @@ class SsdEngineTest : public ::testing::Test {
   }
 
   // A host tier of `host_blocks` 4 KiB blocks over an SSD of `ssd_blocks`.
-  void Build(uint64_t host_blocks, uint64_t ssd_blocks, bool faulty = false) {
+  void Build(uint64_t host_blocks, uint64_t ssd_blocks, bool faulty = false,
+             bool write_through = false) {
     auto host = NewHostTier({host_blocks * 4096, 16 * 4096, false});
     ASSERT_TRUE(host.ok());
     internal::SsdOptions so;
@@ -50,6 +51,7 @@ class SsdEngineTest : public ::testing::Test {
     EngineOptions options;
     options.io = &io_;
     options.clock = &clock_;
+    options.ssd_write_through = write_through;
     auto e = CacheEngine::Create(options, nullptr, std::move(host).value(),
                                  internal::NewSsdTierOver(std::move(store).value()));
     ASSERT_TRUE(e.ok()) << e.status().ToString();
@@ -248,6 +250,43 @@ TEST_F(SsdEngineTest, FullDiskStopsAdmissionAndTheHostKeepsServing) {
   io_.RunAll();
   EXPECT_EQ(Where(Chain(3, 4)), std::vector<TierKind>(4, TierKind::kSsd));
   EXPECT_FALSE(engine_->Stats().ssd_paused);
+}
+
+TEST_F(SsdEngineTest, WriteThroughPutsEveryCommittedBlockOnDisk) {
+  Build(8, 64, false, /*write_through=*/true);
+  const auto a = Chain(1, 3);
+  Put(*engine_, ns_, a);
+  EXPECT_EQ(engine_->Stats().moves_in_flight, 3u);
+  io_.RunAll();
+  EngineStats s = engine_->Stats();
+  EXPECT_EQ(s.shadow_blocks, 3u);
+  EXPECT_EQ(s.tiers[2].used_bytes, 3u * 4096);
+  EXPECT_EQ(Where(a), std::vector<TierKind>(3, TierKind::kHost));  // served from memory
+  // A crash now (no clean stop, nothing evicted) loses none of them.
+  engine_.reset();
+  Build(8, 64, false, true);
+  EXPECT_EQ(*engine_->Recover(), 3u);
+  Lease lease = AcquireAll(a);
+  ASSERT_EQ(lease.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(Matches(lease.Bytes(i), a[i]));
+  lease.Release();
+  // Promoted back, the disk copy stays as the shadow: no second write.
+  EXPECT_EQ(engine_->Stats().shadow_blocks, 3u);
+}
+
+TEST_F(SsdEngineTest, WrittenThroughBlocksDemoteWithoutIo) {
+  Build(4, 64, false, /*write_through=*/true);
+  const auto a = Chain(1, 4);
+  Put(*engine_, ns_, a);
+  io_.RunAll();
+  Put(*engine_, ns_, Chain(2, 4));  // evicts chain 1 from the host
+  // Already on disk: visible there at once, before any I/O runs.
+  EXPECT_EQ(Where(a), std::vector<TierKind>(4, TierKind::kSsd));
+  EXPECT_EQ(engine_->Stats().moves_in_flight, 4u);  // chain 2's own write-through only
+  io_.RunAll();
+  Lease lease = AcquireAll(a);
+  ASSERT_EQ(lease.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(Matches(lease.Bytes(i), a[i]));
 }
 
 TEST_F(SsdEngineTest, FullQueueDropsInsteadOfWaiting) {
