@@ -528,7 +528,7 @@ void CacheEngine::OnPromoted(EntryId id, Status status) {
                    "block " + index_.key(id).ToHex() +
                        " failed its check on the ssd; dropped: " + status.ToString());
       } else {
-        IoFailed(status, /*pause=*/false);
+        IoFailed(status, /*pause=*/true);  // a failing disk: stop writing to it for a while
       }
       // Never served again: gone from lookups now, freed at its last unpin.
       blocks_[id].state = State::kDoomed;

@@ -209,6 +209,7 @@ TEST_F(SsdEngineTest, ReadErrorIsAMiss) {
   Lease lease = AcquireAll(a);
   EXPECT_EQ(lease.size(), 0u);
   EXPECT_GE(engine_->Stats().io_errors, 1u);
+  EXPECT_TRUE(engine_->Stats().ssd_paused);  // a failing disk gets no new blocks for a while
 }
 
 TEST_F(SsdEngineTest, TruncatedFileIsAMiss) {

@@ -153,6 +153,77 @@ Result<std::unique_ptr<BlockFile>> OpenBlockFile(const std::string& path, bool d
   }
 }
 
+namespace {
+
+Status ErrnoError(std::string_view op, const std::string& path) {
+  return IoError(std::string(op) + " " + path + ": " + std::strerror(errno));
+}
+
+Status SyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", path);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return ErrnoError("fsync", path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteFileDurably(const std::string& dir, const char* name, std::string_view content,
+                        mode_t mode, bool exclusive, bool* existed) {
+  const std::string path = dir + "/" + name;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return ErrnoError("create", tmp);
+  const ssize_t n = ::write(fd, content.data(), content.size());
+  const bool written = n == static_cast<ssize_t>(content.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written) {
+    Status s = ErrnoError("write", tmp);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  if (exclusive) {
+    // link() fails with EEXIST rather than replace: two first opens racing
+    // agree on one secret.
+    const int rc = ::link(tmp.c_str(), path.c_str());
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    if (rc != 0 && err != EEXIST) {
+      errno = err;
+      return ErrnoError("link", path);
+    }
+    if (existed != nullptr) *existed = rc != 0;
+  } else if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status s = ErrnoError("rename", tmp);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return SyncPath(dir, O_RDONLY | O_DIRECTORY);
+}
+
+Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", path);
+  std::string out(max_bytes + 1, '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status s = ErrnoError("read", path);
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
 void FaultInjector::Reset() {
   no_space_on_write_.store(false);
   io_error_on_read_.store(false);

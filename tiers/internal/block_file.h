@@ -19,6 +19,8 @@
 // should not shrink a file under concurrent I/O.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -152,5 +154,17 @@ class FaultInjectingFile final : public BlockFile {
 
 // A BlockFileFactory opening real files wrapped in FaultInjectingFile.
 BlockFileFactory FaultInjectingFactory(FaultInjector& faults);
+
+// Small files beside the block files (a data directory's FORMAT, secret).
+
+// Writes `content` to dir/name.tmp.<pid>, syncs it, then links it in as
+// dir/name and syncs the directory: the whole file appears or none. With
+// `exclusive`, an existing dir/name is kept (and *existed set true) rather
+// than replaced, so two racing creators agree on one file.
+Status WriteFileDurably(const std::string& dir, const char* name, std::string_view content,
+                        mode_t mode, bool exclusive, bool* existed);
+// The first `max_bytes` + 1 bytes of `path` at most (so a caller can tell
+// a file longer than it expects).
+Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);
 
 }  // namespace kvtier::tiers::internal
