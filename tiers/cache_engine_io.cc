@@ -1,0 +1,382 @@
+// The CacheEngine's moves to and from io_bound tiers (the ssd): asynchronous
+// demotion and promotion on the IoExecutor, write-through shadows, and warm
+// restart. Split from cache_engine.cc by concern; same class, same thread.
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "tiers/cache_engine.h"
+
+namespace kvtier::tiers {
+
+using prefix_index::EntryId;
+using prefix_index::kNoEntry;
+
+Result<size_t> CacheEngine::Recover() {
+  Tier* ssd = tier(TierKind::kSsd);
+  if (ssd == nullptr) return size_t{0};
+  struct Stored {
+    BlockInfo info;
+    SlotId slot;
+  };
+  std::vector<Stored> stored;
+  KVTIER_RETURN_IF_ERROR(ssd->ForEachStoredBlock([&](const BlockInfo& info, SlotId slot) {
+    stored.push_back({info, slot});
+    return Status::Ok();
+  }));
+  // Children by (tier namespace, parent key); roots have no parent.
+  std::map<std::pair<uint32_t, BlockKey>, std::vector<size_t>> children;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < stored.size(); ++i) {
+    const BlockInfo& info = stored[i].info;
+    if (info.parent) {
+      children[{info.ns, *info.parent}].push_back(i);
+    } else {
+      order.push_back(i);
+    }
+  }
+  // Parents before children, breadth first from the roots.
+  std::vector<EntryId> ids(stored.size(), kNoEntry);
+  std::vector<bool> placed(stored.size(), false);
+  for (size_t next = 0; next < order.size(); ++next) {
+    const size_t i = order[next];
+    placed[i] = true;
+    auto it = children.find({stored[i].info.ns, stored[i].info.key});
+    if (it == children.end()) continue;
+    for (size_t c : it->second) order.push_back(c);
+  }
+  size_t restored = 0;
+  for (size_t i : order) {
+    const BlockInfo& info = stored[i].info;
+    auto ns = NamespaceForTierId(info.ns);
+    if (!ns || block_bytes_[*ns] != info.block_bytes || index_.Find(*ns, info.key) != kNoEntry) {
+      ssd->Free(stored[i].slot);
+      ssd->ForgetBlock(info).IgnoreError();
+      continue;
+    }
+    EntryId parent = kNoEntry;
+    if (info.parent) {
+      parent = index_.Find(*ns, *info.parent);
+      if (parent == kNoEntry) {  // its parent was dropped just above
+        ssd->Free(stored[i].slot);
+        ssd->ForgetBlock(info).IgnoreError();
+        continue;
+      }
+    }
+    const EntryId id = index_.Insert(*ns, info.key, parent);
+    if (blocks_.size() < index_.id_limit()) blocks_.resize(index_.id_limit());
+    blocks_[id] = Block{};
+    blocks_[id].state = State::kReady;
+    blocks_[id].priority = info.priority;
+    blocks_[id].checksum = info.checksum;
+    EnterTier(id, TierKind::kSsd, stored[i].slot);
+    index_.SetVisible(id, true);
+    ++restored;
+  }
+  // What no root reaches hangs below a block that did not survive.
+  for (size_t i = 0; i < stored.size(); ++i) {
+    if (placed[i]) continue;
+    ssd->Free(stored[i].slot);
+    ssd->ForgetBlock(stored[i].info).IgnoreError();
+    ++stats_.orphan_drops;
+  }
+  return restored;
+}
+
+std::optional<NamespaceId> CacheEngine::NamespaceForTierId(uint32_t tier_ns) {
+  for (size_t i = 0; i < tier_ns_.size(); ++i) {
+    if (tier_ns_[i] == tier_ns) return static_cast<NamespaceId>(i);
+  }
+  // A namespace of an earlier run that no worker attached to yet.
+  Tier* ssd = tier(TierKind::kSsd);
+  std::optional<NamespaceId> found;
+  ssd->ForEachStoredNamespace([&](uint32_t id, const std::string& model, const std::string& salt,
+                                  const Layout& layout) -> Status {
+       if (id != tier_ns || found) return Status::Ok();
+       auto added = AddNamespace({model, salt, layout});
+       if (added) found = *added;
+       return Status::Ok();
+     })
+      .IgnoreError();
+  return found;
+}
+
+void CacheEngine::AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind,
+                               std::function<void(Result<Lease>)> done) {
+  if (Status s = CheckNamespace(ns); !s.ok()) return done(s);
+  if (Status s = CheckTarget(kind); !s.ok()) return done(s);
+  std::vector<EntryId> run = PinLeadingRun(ns, keys);
+  const uint64_t pending_id = next_handle_id_++;
+  PendingAcquire pending{ns, kind, {}, 0, std::move(done)};
+  for (size_t i = 0; i < run.size(); ++i) {
+    Block& b = blocks_[run[i]];
+    if (b.tier == kind) continue;
+    if (tiers_[Index(b.tier)]->io_bound()) {
+      if (b.promoting) {
+        if (promotions_[run[i]].to != kind) break;
+        promotions_[run[i]].waiters.push_back(pending_id);
+      } else if (b.pins > 1 || !StartPromotion(run[i], kind, pending_id)) {
+        break;
+      }
+      ++pending.outstanding;
+      continue;
+    }
+    if (b.pins > 1 || !Move(run[i], kind).ok()) break;
+  }
+  pending.run = std::move(run);
+  pending_acquires_.emplace(pending_id, std::move(pending));
+  if (pending_acquires_[pending_id].outstanding == 0) FinishAcquire(pending_id);
+}
+
+void CacheEngine::FinishAcquire(uint64_t pending_id) {
+  auto it = pending_acquires_.find(pending_id);
+  PendingAcquire p = std::move(it->second);
+  pending_acquires_.erase(it);
+  p.done(MakeLease(p.ns, std::move(p.run), p.tier));
+}
+
+bool CacheEngine::StartPromotion(EntryId id, TierKind to, uint64_t waiter) {
+  const uint64_t bytes = BlockBytes(id);
+  Result<SlotId> slot = MakeRoom(to, bytes);
+  if (!slot) return false;
+  const std::span<std::byte> dst = tiers_[Index(to)]->HostView(*slot, bytes);
+  if (dst.empty()) {  // a target the engine cannot address (a real GPU): not yet
+    tiers_[Index(to)]->Free(*slot);
+    return false;
+  }
+  Tier* src = tiers_[Index(blocks_[id].tier)].get();
+  const SlotId from = blocks_[id].slot;
+  const bool queued =
+      io_->Submit([src, from, info = InfoOf(id), dst] { return src->ReadBlock(from, info, dst); },
+                  [this, id](Status status) { OnPromoted(id, std::move(status)); });
+  if (!queued) {
+    tiers_[Index(to)]->Free(*slot);
+    return false;
+  }
+  Pin(id);  // the promotion's own pin: the block cannot go while it is read
+  blocks_[id].promoting = true;
+  promotions_[id] = Promotion{to, *slot, {waiter}};
+  ++moves_in_flight_;
+  return true;
+}
+
+void CacheEngine::OnPromoted(EntryId id, Status status) {
+  --moves_in_flight_;
+  Promotion p = std::move(promotions_[id]);
+  promotions_.erase(id);
+  blocks_[id].promoting = false;
+  if (status.ok() && blocks_[id].state == State::kReady) {
+    const uint64_t bytes = BlockBytes(id);
+    const SlotId on_disk = blocks_[id].slot;
+    LeaveTier(id, /*free_slot=*/!write_through_);
+    EnterTier(id, p.to, p.slot);
+    if (write_through_) {  // the disk copy stays, as the block's shadow
+      blocks_[id].has_shadow = true;
+      blocks_[id].shadow = on_disk;
+      ++shadows_;
+    }
+    TierStats& in = stats_.tiers[Index(p.to)];
+    in.bytes_in += bytes;
+    ++in.promotions_in;
+  } else {
+    tiers_[Index(p.to)]->Free(p.slot);
+    if (!status.ok()) {
+      if (status.code() == StatusCode::kCorruption) {
+        ++stats_.checksum_failures;
+        LogLimited(checksum_log_,
+                   "block " + index_.key(id).ToHex() +
+                       " failed its check on the ssd; dropped: " + status.ToString());
+      } else {
+        IoFailed(status, /*pause=*/true);  // a failing disk: stop writing to it for a while
+      }
+      // Never served again: gone from lookups now, freed at its last unpin.
+      blocks_[id].state = State::kDoomed;
+      index_.SetVisible(id, false);
+    }
+  }
+  Unpin(id);  // the promotion's pin
+  for (uint64_t waiter : p.waiters) {
+    auto it = pending_acquires_.find(waiter);
+    if (it != pending_acquires_.end() && --it->second.outstanding == 0) FinishAcquire(waiter);
+  }
+}
+
+bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
+  if (blocks_[id].has_shadow && !blocks_[id].shadow_pending) {
+    // Written through already: the shadow becomes the block, no I/O.
+    const SlotId shadow = blocks_[id].shadow;
+    blocks_[id].has_shadow = false;
+    --shadows_;
+    LeaveTier(id);
+    EnterTier(id, to, shadow);
+    ++stats_.tiers[Index(to)].demotions_in;
+    return true;
+  }
+  if (clock_.Now() < ssd_paused_until_) return false;
+  const uint64_t bytes = BlockBytes(id);
+  Pin(id);  // making room below must not pick it (nor its removal drop it)
+  Result<SlotId> slot = MakeRoom(to, bytes);
+  if (!slot) {
+    Unpin(id);
+    return false;
+  }
+  // Copy the block out now, so its slot is free for whoever needed room;
+  // the write goes from the copy, and the block is invisible until it lands.
+  Tier& src = *tiers_[Index(blocks_[id].tier)];
+  auto copy = std::make_shared<std::vector<std::byte>>(bytes);
+  const std::span<std::byte> view = src.HostView(blocks_[id].slot, bytes);
+  Status read = view.empty() ? src.Read(blocks_[id].slot, *copy) : Status::Ok();
+  if (!view.empty()) std::memcpy(copy->data(), view.data(), bytes);
+  Tier* dst = tiers_[Index(to)].get();
+  auto checksum = std::make_shared<uint64_t>(0);
+  const bool queued =
+      read.ok() && io_->Submit(
+                       [dst, s = *slot, info = InfoOf(id), copy, checksum]() -> Status {
+                         KVTIER_ASSIGN_OR_RETURN(*checksum, dst->WriteBlock(s, info, *copy));
+                         return Status::Ok();
+                       },
+                       [this, id, checksum](Status status) {
+                         blocks_[id].checksum = *checksum;
+                         OnDemoted(id, std::move(status));
+                       });
+  if (!queued) {
+    tiers_[Index(to)]->Free(*slot);
+    Unpin(id);
+    return false;
+  }
+  LeaveTier(id);
+  EnterTier(id, to, *slot);
+  blocks_[id].state = State::kArriving;
+  index_.SetVisible(id, false);
+  ++moves_in_flight_;
+  TierStats& in = stats_.tiers[Index(to)];
+  in.bytes_in += bytes;
+  ++in.demotions_in;
+  return true;
+}
+
+void CacheEngine::OnDemoted(EntryId id, Status status) {
+  --moves_in_flight_;
+  Block& b = blocks_[id];
+  if (b.state == State::kArriving) {
+    b.state = State::kReady;
+    index_.SetVisible(id, true);
+  }
+  if (!status.ok()) {
+    // The bytes did not land: the block is gone; stop writing to a disk
+    // that fails until the pause ends.
+    IoFailed(status, /*pause=*/true);
+    b.state = State::kDoomed;
+    index_.SetVisible(id, false);
+  }
+  Unpin(id);  // drops it if doomed or orphaned meanwhile
+}
+
+BlockInfo CacheEngine::InfoOf(EntryId id) const {
+  BlockInfo info;
+  info.ns = tier_ns_[index_.ns(id)];
+  info.key = index_.key(id);
+  const EntryId parent = index_.parent(id);
+  if (parent != kNoEntry) info.parent = index_.key(parent);
+  info.block_bytes = BlockBytes(id);
+  info.priority = blocks_[id].priority;
+  info.checksum = blocks_[id].checksum;
+  return info;
+}
+
+void CacheEngine::IoFailed(const Status& status, bool pause) {
+  ++stats_.io_errors;
+  if (pause && clock_.Now() >= ssd_paused_until_) {
+    ssd_paused_until_ = clock_.Now() + ssd_pause_ns_;
+    ++ssd_pauses_;
+    last_io_error_ = status;
+    LogLimited(io_log_, "ssd write failed (" + status.ToString() +
+                            "); no demotions to the ssd for " +
+                            std::to_string(ssd_pause_ns_ / kNsPerSec) + " s");
+  } else {
+    LogLimited(io_log_, "ssd I/O error: " + status.ToString());
+  }
+}
+
+void CacheEngine::LogLimited(LogLimit& limit, const std::string& line) {
+  const TimeNs now = clock_.Now();
+  if (limit.last != INT64_MIN && now - limit.last < 10 * kNsPerSec) {
+    ++limit.unreported;
+    return;
+  }
+  if (log_) {
+    log_(limit.unreported == 0 ? line
+                               : line + " (and " + std::to_string(limit.unreported) +
+                                     " more like it since the last report)");
+  }
+  limit.last = now;
+  limit.unreported = 0;
+}
+
+void CacheEngine::StartShadow(EntryId id) {
+  Tier* ssd = tier(TierKind::kSsd);
+  if (blocks_[id].has_shadow || blocks_[id].tier == TierKind::kSsd) return;
+  const uint64_t bytes = BlockBytes(id);
+  Result<SlotId> slot = clock_.Now() < ssd_paused_until_
+                            ? Result<SlotId>(UnavailableError("paused"))
+                            : MakeRoom(TierKind::kSsd, bytes);
+  if (!slot) {
+    ++stats_.write_through_skipped;
+    return;
+  }
+  Tier& src = *tiers_[Index(blocks_[id].tier)];
+  auto copy = std::make_shared<std::vector<std::byte>>(bytes);
+  const std::span<std::byte> view = src.HostView(blocks_[id].slot, bytes);
+  Status read = view.empty() ? src.Read(blocks_[id].slot, *copy) : Status::Ok();
+  if (!view.empty()) std::memcpy(copy->data(), view.data(), bytes);
+  auto checksum = std::make_shared<uint64_t>(0);
+  const bool queued =
+      read.ok() && io_->Submit(
+                       [ssd, s = *slot, info = InfoOf(id), copy, checksum]() -> Status {
+                         KVTIER_ASSIGN_OR_RETURN(*checksum, ssd->WriteBlock(s, info, *copy));
+                         return Status::Ok();
+                       },
+                       [this, id, checksum](Status status) {
+                         OnShadowWritten(id, std::move(status), *checksum);
+                       });
+  if (!queued) {
+    ssd->Free(*slot);
+    ++stats_.write_through_skipped;
+    return;
+  }
+  Pin(id);  // until the write lands, so the shadow cannot outlive its block
+  Block& b = blocks_[id];
+  b.has_shadow = true;
+  b.shadow_pending = true;
+  b.shadow = *slot;
+  ++shadows_;
+  ++moves_in_flight_;
+}
+
+void CacheEngine::OnShadowWritten(EntryId id, Status status, uint64_t checksum) {
+  --moves_in_flight_;
+  Block& b = blocks_[id];
+  b.shadow_pending = false;
+  if (status.ok()) {
+    b.checksum = checksum;
+  } else {
+    IoFailed(status, /*pause=*/true);
+    FreeShadow(id);
+  }
+  Unpin(id);
+}
+
+void CacheEngine::FreeShadow(EntryId id) {
+  Block& b = blocks_[id];
+  if (!b.has_shadow) return;
+  Tier* ssd = tier(TierKind::kSsd);
+  ssd->Free(b.shadow);
+  if (!io_->Submit([ssd, info = InfoOf(id)] { return ssd->ForgetBlock(info); },
+                   [](const Status&) {})) {
+    ++stats_.io_errors;
+  }
+  b.has_shadow = false;
+  --shadows_;
+}
+
+}  // namespace kvtier::tiers
