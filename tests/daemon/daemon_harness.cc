@@ -220,6 +220,22 @@ bool RawConnection::ClosedByPeer(std::chrono::milliseconds timeout) {
   return !timed_out;
 }
 
+void FillPattern(std::span<std::byte> bytes, const prefix_index::BlockKey& key) {
+  uint64_t x = key.hi ^ (key.lo * 0x9e3779b97f4a7c15ULL) ^ 1;
+  for (size_t i = 0; i < bytes.size(); i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(bytes.data() + i, &x, std::min<size_t>(8, bytes.size() - i));
+  }
+}
+
+bool MatchesPattern(std::span<const std::byte> bytes, const prefix_index::BlockKey& key) {
+  std::vector<std::byte> want(bytes.size());
+  FillPattern(want, key);
+  return std::memcmp(want.data(), bytes.data(), bytes.size()) == 0;
+}
+
 protocol::HelloRequest TestHello(const std::string& model, const std::string& salt) {
   protocol::HelloRequest h;
   h.model = model;

@@ -69,6 +69,11 @@ class RawConnection {
   int fd_;
 };
 
+// The bytes every test writer puts under `key`: a pattern no other key
+// shares, so any reader can check any block it gets back.
+void FillPattern(std::span<std::byte> bytes, const prefix_index::BlockKey& key);
+bool MatchesPattern(std::span<const std::byte> bytes, const prefix_index::BlockKey& key);
+
 // A HELLO for `model` with a small layout (4 KiB blocks).
 protocol::HelloRequest TestHello(const std::string& model, const std::string& salt = "");
 

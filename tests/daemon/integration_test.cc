@@ -25,24 +25,6 @@ using prefix_index::TokenId;
 using protocol::WireTier;
 using protocol::WireWriteState;
 
-// The bytes every writer puts under `key`: a pattern no other key shares, so
-// any reader can check any block it gets.
-void Fill(std::span<std::byte> bytes, const BlockKey& key) {
-  uint64_t x = key.hi ^ (key.lo * 0x9e3779b97f4a7c15ULL) ^ 1;
-  for (size_t i = 0; i < bytes.size(); i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(bytes.data() + i, &x, std::min<size_t>(8, bytes.size() - i));
-  }
-}
-
-bool Matches(std::span<const std::byte> bytes, const BlockKey& key) {
-  std::vector<std::byte> want(bytes.size());
-  Fill(want, key);
-  return std::memcmp(want.data(), bytes.data(), bytes.size()) == 0;
-}
-
 std::vector<TokenId> Prompt(uint32_t seed, size_t tokens) {
   std::mt19937 rng(seed);
   std::vector<TokenId> t(tokens);
@@ -85,7 +67,7 @@ class IntegrationTest : public ::testing::Test {
     EXPECT_TRUE(w.ok()) << w.status().ToString();
     if (!w.ok()) return keys;
     for (size_t i = 0; i < w->size(); ++i) {
-      if (w->state(i) == WireWriteState::kAllocated) Fill(w->Bytes(i), keys[i]);
+      if (w->state(i) == WireWriteState::kAllocated) FillPattern(w->Bytes(i), keys[i]);
     }
     EXPECT_TRUE(w->Commit().ok());
     return keys;
@@ -112,15 +94,15 @@ TEST_F(IntegrationTest, SecondClientHitsWhatTheFirstCommittedWithEqualBytes) {
   auto lease = b->Acquire(keys);
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   ASSERT_EQ(lease->size(), 10u);
-  for (size_t i = 0; i < 10; ++i) EXPECT_TRUE(Matches(lease->Bytes(i), keys[i])) << i;
+  for (size_t i = 0; i < 10; ++i) EXPECT_TRUE(MatchesPattern(lease->Bytes(i), keys[i])) << i;
   ASSERT_TRUE(lease->Release().ok());
   // ...and through the socket.
   auto got = b->GetInline(keys);
   ASSERT_TRUE(got.ok());
   ASSERT_EQ(got->hits, 10u);
   for (size_t i = 0; i < 10; ++i) {
-    EXPECT_TRUE(
-        Matches(std::span(got->data).subspan(i * b->block_bytes(), b->block_bytes()), keys[i]));
+    EXPECT_TRUE(MatchesPattern(std::span(got->data).subspan(i * b->block_bytes(), b->block_bytes()),
+                               keys[i]));
   }
   // A longer prompt sharing the prefix hits the shared part only.
   auto longer = tokens;
@@ -136,14 +118,14 @@ TEST_F(IntegrationTest, InlinePutIsReadInPlaceByAnother) {
   const auto keys = a->Keys(Prompt(2, 16 * 4));
   std::vector<std::byte> data(keys.size() * a->block_bytes());
   for (size_t i = 0; i < keys.size(); ++i) {
-    Fill(std::span(data).subspan(i * a->block_bytes(), a->block_bytes()), keys[i]);
+    FillPattern(std::span(data).subspan(i * a->block_bytes(), a->block_bytes()), keys[i]);
   }
   auto put = a->PutInline(keys, data);
   ASSERT_TRUE(put.ok()) << put.status().ToString();
   EXPECT_EQ(put->states, std::vector<WireWriteState>(4, WireWriteState::kAllocated));
   auto lease = b->Acquire(keys);
   ASSERT_EQ(lease->size(), 4u);
-  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(Matches(lease->Bytes(i), keys[i]));
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(MatchesPattern(lease->Bytes(i), keys[i]));
 }
 
 TEST_F(IntegrationTest, AnotherNamespaceNeverHits) {
@@ -232,12 +214,12 @@ TEST_F(IntegrationTest, DeviceTierWritesAreReadFromTheHostAfterDemotion) {
   EXPECT_EQ(where->tiers[0], WireTier::kHost);
   auto lease = b->Acquire(first, WireTier::kHost);
   ASSERT_EQ(lease->size(), 8u);
-  for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(Matches(lease->Bytes(i), first[i]));
+  for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(MatchesPattern(lease->Bytes(i), first[i]));
   ASSERT_TRUE(lease->Release().ok());
   // And promoted back into the device on request, bytes intact.
   auto on_device = b->Acquire(first, WireTier::kDevice);
   ASSERT_EQ(on_device->size(), 8u);
-  for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(Matches(on_device->Bytes(i), first[i]));
+  for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(MatchesPattern(on_device->Bytes(i), first[i]));
 }
 
 TEST_F(IntegrationTest, SixtyFourConcurrentClientsNeverReadAWrongByte) {
@@ -269,7 +251,7 @@ TEST_F(IntegrationTest, SixtyFourConcurrentClientsNeverReadAWrongByte) {
               break;
             }
             for (size_t i = 0; i < w->size(); ++i) {
-              if (w->state(i) == WireWriteState::kAllocated) Fill(w->Bytes(i), keys[i]);
+              if (w->state(i) == WireWriteState::kAllocated) FillPattern(w->Bytes(i), keys[i]);
             }
             if (!(rng() % 8 ? w->Commit() : w->Abort()).ok()) ++errors;
             break;
@@ -277,7 +259,7 @@ TEST_F(IntegrationTest, SixtyFourConcurrentClientsNeverReadAWrongByte) {
           case 1: {
             std::vector<std::byte> data(keys.size() * c->block_bytes());
             for (size_t i = 0; i < keys.size(); ++i) {
-              Fill(std::span(data).subspan(i * c->block_bytes(), c->block_bytes()), keys[i]);
+              FillPattern(std::span(data).subspan(i * c->block_bytes(), c->block_bytes()), keys[i]);
             }
             auto put = c->PutInline(keys, data);
             if (!put.ok() && put.status().code() != StatusCode::kResourceExhausted) ++errors;
@@ -290,7 +272,7 @@ TEST_F(IntegrationTest, SixtyFourConcurrentClientsNeverReadAWrongByte) {
               break;
             }
             for (size_t i = 0; i < lease->size(); ++i) {
-              if (!Matches(lease->Bytes(i), keys[i])) ++errors;
+              if (!MatchesPattern(lease->Bytes(i), keys[i])) ++errors;
               ++verified;
             }
             break;
@@ -304,7 +286,7 @@ TEST_F(IntegrationTest, SixtyFourConcurrentClientsNeverReadAWrongByte) {
             for (size_t i = 0; i < got->hits; ++i) {
               const auto bytes =
                   std::span(got->data).subspan(i * c->block_bytes(), c->block_bytes());
-              if (!Matches(bytes, keys[i])) ++errors;
+              if (!MatchesPattern(bytes, keys[i])) ++errors;
               ++verified;
             }
             break;

@@ -25,22 +25,6 @@ using prefix_index::TokenId;
 using protocol::WireTier;
 using protocol::WireWriteState;
 
-void Fill(std::span<std::byte> bytes, const BlockKey& key) {
-  uint64_t x = key.hi ^ (key.lo * 0x9e3779b97f4a7c15ULL) ^ 7;
-  for (size_t i = 0; i < bytes.size(); i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(bytes.data() + i, &x, std::min<size_t>(8, bytes.size() - i));
-  }
-}
-
-bool Matches(std::span<const std::byte> bytes, const BlockKey& key) {
-  std::vector<std::byte> want(bytes.size());
-  Fill(want, key);
-  return std::memcmp(want.data(), bytes.data(), bytes.size()) == 0;
-}
-
 std::vector<TokenId> Prompt(uint32_t seed, size_t blocks) {
   std::mt19937 rng(seed);
   std::vector<TokenId> t(blocks * 16);
@@ -92,7 +76,7 @@ class SsdRestartTest : public ::testing::Test {
     auto w = c.Allocate(keys);
     if (!w.ok()) return {};
     for (size_t i = 0; i < w->size(); ++i) {
-      if (w->state(i) == WireWriteState::kAllocated) Fill(w->Bytes(i), keys[i]);
+      if (w->state(i) == WireWriteState::kAllocated) FillPattern(w->Bytes(i), keys[i]);
     }
     if (!w->Commit().ok()) return {};
     return keys;
@@ -130,7 +114,7 @@ TEST_F(SsdRestartTest, BlocksForcedToDiskComeBackAfterARestart) {
       auto lease = c->Acquire(chains[i]);
       ASSERT_TRUE(lease.ok()) << lease.status().ToString();
       ASSERT_EQ(lease->size(), 8u) << "chain " << i << " after signal " << sig;
-      for (size_t b = 0; b < 8; ++b) EXPECT_TRUE(Matches(lease->Bytes(b), chains[i][b]));
+      for (size_t b = 0; b < 8; ++b) EXPECT_TRUE(MatchesPattern(lease->Bytes(b), chains[i][b]));
     }
     EXPECT_EQ(Stats(*c)["checksum_failures"], "0");
     // Push them down again for the next round.
@@ -157,7 +141,7 @@ TEST_F(SsdRestartTest, WriteThroughLosesNothingCommittedToAKill) {
     auto lease = c->Acquire(chain);
     ASSERT_TRUE(lease.ok());
     ASSERT_EQ(lease->size(), 8u);
-    for (size_t b = 0; b < 8; ++b) EXPECT_TRUE(Matches(lease->Bytes(b), chain[b]));
+    for (size_t b = 0; b < 8; ++b) EXPECT_TRUE(MatchesPattern(lease->Bytes(b), chain[b]));
   }
 }
 
@@ -177,8 +161,8 @@ TEST_F(SsdRestartTest, CrashLoopNeverServesAWrongByte) {
         auto got = c->GetInline(keys);
         ASSERT_TRUE(got.ok()) << got.status().ToString();
         for (size_t i = 0; i < got->hits; ++i) {
-          ASSERT_TRUE(Matches(std::span(got->data).subspan(i * c->block_bytes(), c->block_bytes()),
-                              keys[i]))
+          ASSERT_TRUE(MatchesPattern(
+              std::span(got->data).subspan(i * c->block_bytes(), c->block_bytes()), keys[i]))
               << "wrong byte in round " << round;
         }
         served += got->hits;
