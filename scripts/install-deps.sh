@@ -14,6 +14,7 @@ packages=(
   prometheus-cpp-dev  # metrics exposer
   libtomlplusplus-dev # configuration file (TOML)
   libcli11-dev        # command-line flags of kvtierd and kvtier
+  nlohmann-json3-dev  # the trace readers of kvtier replay (JSON, JSONL)
   redis-server        # the peer the control- and data-plane benchmarks compare against
   bc                  # arithmetic in bench/daemon_vs_peers.sh
   fio                 # raw disk bandwidth, the peer of bench/ssd_vs_fio.sh

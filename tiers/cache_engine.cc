@@ -480,7 +480,9 @@ Status CacheEngine::Move(EntryId id, TierKind to) {
   const std::span<std::byte> src_view = src.HostView(old_slot, bytes);
   const std::span<std::byte> dst_view = dst.HostView(slot, bytes);
   Status copied;
-  if (!src_view.empty() && !dst_view.empty()) {
+  if (!src.holds_bytes() || !dst.holds_bytes()) {
+    // A simulation: nothing to copy.
+  } else if (!src_view.empty() && !dst_view.empty()) {
     std::memcpy(dst_view.data(), src_view.data(), bytes);
   } else if (!src_view.empty()) {
     copied = dst.Write(slot, src_view);

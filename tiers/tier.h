@@ -57,6 +57,9 @@ class Tier {
   // 1.00 GiB", "device: emulated in host memory, no GPU").
   virtual std::string description() const = 0;
   virtual bool emulated() const { return false; }
+  // False for a metadata-only tier (replay's simulator): slots are only
+  // accounted, and moves copy nothing.
+  virtual bool holds_bytes() const { return true; }
 
   // Bytes the tier may hold in slots; never exceeded.
   virtual uint64_t capacity_bytes() const = 0;
@@ -168,6 +171,11 @@ struct SsdTierOptions {
 // what is there in RocksDB, an XXH3-64 checksum per block verified on every
 // read. io_bound(): the engine drives it from its IoExecutor.
 Result<std::unique_ptr<Tier>> NewSsdTier(const SsdTierOptions& options);
+
+// A tier that holds no bytes, only the accounting of its slots (capacity,
+// used bytes): what replay's simulator drives the real engine with. Slots
+// are the block size rounded up to kSlotPageBytes, as in the arena tiers.
+std::unique_ptr<Tier> NewMetadataTier(TierKind kind, uint64_t capacity_bytes);
 
 // A device tier emulated in host memory, behind the device tier's interface:
 // for tests and for machines without a GPU. kind() == kDevice, emulated().

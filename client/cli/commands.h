@@ -11,5 +11,6 @@ void AddLookupCommand(CLI::App* app, int* exit_code);
 void AddPutCommand(CLI::App* app, int* exit_code);
 void AddGetCommand(CLI::App* app, int* exit_code);
 void AddBenchCommand(CLI::App* app, int* exit_code);
+void AddReplayCommand(CLI::App* app, int* exit_code);
 
 }  // namespace kvtier::cli

@@ -1,4 +1,5 @@
-// kvtier: the command-line client of kvtierd (stats, lookup, put, get, bench).
+// kvtier: the command-line client of kvtierd (stats, lookup, put, get, bench)
+// and the replay tool.
 #include <CLI/CLI.hpp>
 
 #include "client/cli/commands.h"
@@ -12,6 +13,7 @@ int main(int argc, char** argv) {
   kvtier::cli::AddPutCommand(&app, &exit_code);
   kvtier::cli::AddGetCommand(&app, &exit_code);
   kvtier::cli::AddBenchCommand(&app, &exit_code);
+  kvtier::cli::AddReplayCommand(&app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

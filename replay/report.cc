@@ -1,0 +1,183 @@
+#include "replay/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace kvtier::replay {
+namespace {
+
+// The OPT result of the same capacity, if the sweep has one.
+const SimResult* OptAt(const std::vector<SimResult>& all, uint64_t capacity) {
+  for (const SimResult& r : all) {
+    if (r.policy == "opt" && r.capacity_blocks == capacity) return &r;
+  }
+  return nullptr;
+}
+
+std::string Fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string FormatTable(const std::vector<SimResult>& results) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-14s %12s %10s %10s %10s %10s %12s %12s\n", "policy",
+                "capacity", "block hit", "token hit", "gap OPT", "hits ssd", "demotions", "refs/s");
+  out += line;
+  for (const SimResult& r : results) {
+    const SimResult* opt = OptAt(results, r.capacity_blocks);
+    const std::string gap =
+        opt ? Fmt("%+.4f", r.block_hit_rate() - opt->block_hit_rate()) : std::string("-");
+    std::snprintf(line, sizeof line, "%-14s %12llu %10.4f %10.4f %10s %10llu %12llu %12.3g\n",
+                  r.policy.c_str(), static_cast<unsigned long long>(r.capacity_blocks),
+                  r.block_hit_rate(), r.token_hit_rate(), gap.c_str(),
+                  static_cast<unsigned long long>(r.hits_per_tier[2]),
+                  static_cast<unsigned long long>(r.demotions), r.refs_per_second());
+    out += line;
+  }
+  return out;
+}
+
+std::string FormatCsv(const std::vector<SimResult>& results) {
+  std::string out =
+      "policy,capacity_blocks,device_blocks,host_blocks,ssd_blocks,requests,block_refs,"
+      "block_hits,block_hit_rate,token_hit_rate,gap_to_opt,hits_device,hits_host,hits_ssd,"
+      "demotions,promotions,blocks_moved,refs_per_second\n";
+  for (const SimResult& r : results) {
+    const SimResult* opt = OptAt(results, r.capacity_blocks);
+    char line[512];
+    std::snprintf(
+        line, sizeof line,
+        "%s,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%s,%llu,%llu,%llu,%llu,%llu,"
+        "%llu,%.0f\n",
+        r.policy.c_str(), static_cast<unsigned long long>(r.capacity_blocks),
+        static_cast<unsigned long long>(r.device_blocks),
+        static_cast<unsigned long long>(r.host_blocks),
+        static_cast<unsigned long long>(r.ssd_blocks), static_cast<unsigned long long>(r.requests),
+        static_cast<unsigned long long>(r.block_refs),
+        static_cast<unsigned long long>(r.block_hits), r.block_hit_rate(), r.token_hit_rate(),
+        opt ? Fmt("%.6f", r.block_hit_rate() - opt->block_hit_rate()).c_str() : "",
+        static_cast<unsigned long long>(r.hits_per_tier[0]),
+        static_cast<unsigned long long>(r.hits_per_tier[1]),
+        static_cast<unsigned long long>(r.hits_per_tier[2]),
+        static_cast<unsigned long long>(r.demotions), static_cast<unsigned long long>(r.promotions),
+        static_cast<unsigned long long>(r.blocks_moved), r.refs_per_second());
+    out += line;
+  }
+  return out;
+}
+
+std::string FormatJson(const std::vector<SimResult>& results) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const SimResult& r : results) {
+    nlohmann::json j = {{"policy", r.policy},
+                        {"capacity_blocks", r.capacity_blocks},
+                        {"device_blocks", r.device_blocks},
+                        {"host_blocks", r.host_blocks},
+                        {"ssd_blocks", r.ssd_blocks},
+                        {"requests", r.requests},
+                        {"block_refs", r.block_refs},
+                        {"block_hits", r.block_hits},
+                        {"block_hit_rate", r.block_hit_rate()},
+                        {"token_hit_rate", r.token_hit_rate()},
+                        {"hits_per_tier",
+                         {{"device", r.hits_per_tier[0]},
+                          {"host", r.hits_per_tier[1]},
+                          {"ssd", r.hits_per_tier[2]}}},
+                        {"demotions", r.demotions},
+                        {"promotions", r.promotions},
+                        {"blocks_moved", r.blocks_moved},
+                        {"refs_per_second", r.refs_per_second()}};
+    if (const SimResult* opt = OptAt(results, r.capacity_blocks)) {
+      j["gap_to_opt"] = r.block_hit_rate() - opt->block_hit_rate();
+    }
+    out.push_back(std::move(j));
+  }
+  return out.dump(2) + "\n";
+}
+
+std::string FormatSvg(const std::vector<SimResult>& results, const std::string& title) {
+  constexpr double kW = 720, kH = 440, kLeft = 70, kRight = 170, kTop = 40, kBottom = 60;
+  uint64_t lo = UINT64_MAX, hi = 0;
+  std::map<std::string, std::vector<const SimResult*>> lines;
+  for (const SimResult& r : results) {
+    lo = std::min(lo, r.capacity_blocks);
+    hi = std::max(hi, r.capacity_blocks);
+    lines[r.policy].push_back(&r);
+  }
+  if (results.empty()) return "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n";
+  const double llo = std::log10(static_cast<double>(std::max<uint64_t>(lo, 1)));
+  const double lhi =
+      std::max(llo + 1e-9, std::log10(static_cast<double>(std::max<uint64_t>(hi, 1))));
+  auto x = [&](uint64_t c) {
+    const double v = std::log10(static_cast<double>(std::max<uint64_t>(c, 1)));
+    return kLeft + (v - llo) / (lhi - llo) * (kW - kLeft - kRight);
+  };
+  auto y = [&](double rate) { return kH - kBottom - rate * (kH - kTop - kBottom); };
+  static constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
+                                            "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+  std::string s =
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" height=\"440\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += "<text x=\"360\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">" + title + "</text>\n";
+  // Axes and grid.
+  for (int i = 0; i <= 10; i += 2) {
+    const double rate = i / 10.0;
+    s += "<line x1=\"" + Fmt("%.1f", kLeft) + "\" x2=\"" + Fmt("%.1f", kW - kRight) + "\" y1=\"" +
+         Fmt("%.1f", y(rate)) + "\" y2=\"" + Fmt("%.1f", y(rate)) +
+         "\" stroke=\"#ddd\"/>\n<text x=\"" + Fmt("%.1f", kLeft - 8) + "\" y=\"" +
+         Fmt("%.1f", y(rate) + 4) + "\" text-anchor=\"end\">" + Fmt("%.1f", rate) + "</text>\n";
+  }
+  std::set<uint64_t> capacities;
+  for (const SimResult& r : results) capacities.insert(r.capacity_blocks);
+  for (uint64_t c : capacities) {
+    s += "<text x=\"" + Fmt("%.1f", x(c)) + "\" y=\"" + Fmt("%.1f", kH - kBottom + 18) +
+         "\" text-anchor=\"middle\">" + std::to_string(c) + "</text>\n";
+  }
+  s += "<text x=\"" + Fmt("%.1f", (kLeft + kW - kRight) / 2) + "\" y=\"" + Fmt("%.1f", kH - 18) +
+       "\" text-anchor=\"middle\">capacity (blocks, log scale)</text>\n";
+  s += "<text transform=\"translate(18," + Fmt("%.1f", (kTop + kH - kBottom) / 2) +
+       ") rotate(-90)\" text-anchor=\"middle\">token hit rate</text>\n";
+  size_t color = 0;
+  for (auto& [policy, pts] : lines) {
+    std::sort(pts.begin(), pts.end(), [](const SimResult* a, const SimResult* b) {
+      return a->capacity_blocks < b->capacity_blocks;
+    });
+    const char* c = kColors[color++ % std::size(kColors)];
+    std::string path;
+    for (const SimResult* p : pts) {
+      path += Fmt("%.1f", x(p->capacity_blocks)) + "," + Fmt("%.1f", y(p->token_hit_rate())) + " ";
+      s += "<circle cx=\"" + Fmt("%.1f", x(p->capacity_blocks)) + "\" cy=\"" +
+           Fmt("%.1f", y(p->token_hit_rate())) + "\" r=\"3\" fill=\"" + c + "\"/>\n";
+    }
+    s += std::string("<polyline fill=\"none\" stroke=\"") + c + "\" stroke-width=\"2\"" +
+         (policy == "opt" ? " stroke-dasharray=\"6,4\"" : "") + " points=\"" + path + "\"/>\n";
+    const double ly = kTop + 20.0 * static_cast<double>(color);
+    s += "<line x1=\"" + Fmt("%.1f", kW - kRight + 15) + "\" x2=\"" +
+         Fmt("%.1f", kW - kRight + 40) + "\" y1=\"" + Fmt("%.1f", ly) + "\" y2=\"" +
+         Fmt("%.1f", ly) + "\" stroke=\"" + c + "\" stroke-width=\"2\"/>\n<text x=\"" +
+         Fmt("%.1f", kW - kRight + 46) + "\" y=\"" + Fmt("%.1f", ly + 4) + "\">" + policy +
+         "</text>\n";
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) return IoError("cannot write " + path);
+  return Status::Ok();
+}
+
+}  // namespace kvtier::replay

@@ -1,0 +1,175 @@
+#include "replay/simulator.h"
+
+#include <chrono>
+#include <limits>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "tiers/cache_engine.h"
+
+namespace kvtier::replay {
+namespace {
+
+using prefix_index::BlockKey;
+using tiers::TierKind;
+
+// Every simulated block takes one 4 KiB slot, so capacity in blocks is
+// capacity in slots. (A 1-layer, 1-head, 1-dim fp16 block of up to 1024
+// tokens fits one page.)
+constexpr uint64_t kSlot = tiers::kSlotPageBytes;
+
+BlockKey KeyOf(uint32_t file, uint64_t id) { return BlockKey{uint64_t{file} + 1, id}; }
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void Account(const TraceRequest& r, uint64_t hits, uint32_t block_tokens, SimResult* out) {
+  ++out->requests;
+  out->block_refs += r.ids.size();
+  out->block_hits += hits;
+  out->input_tokens += r.input_tokens;
+  out->hit_tokens += std::min(hits * block_tokens, r.input_tokens);
+}
+
+Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
+                                 const ProgressFn& progress) {
+  tiers::EngineOptions options;
+  options.device_policy = options.host_policy = options.ssd_policy = c.policy;
+  auto engine = tiers::CacheEngine::Create(
+      options,
+      c.device_blocks ? tiers::NewMetadataTier(TierKind::kDevice, c.device_blocks * kSlot)
+                      : nullptr,
+      tiers::NewMetadataTier(TierKind::kHost, c.host_blocks * kSlot),
+      c.ssd_blocks ? tiers::NewMetadataTier(TierKind::kSsd, c.ssd_blocks * kSlot) : nullptr);
+  if (!engine) return engine.status();
+  tiers::CacheEngine& e = **engine;
+  const Layout layout{1, 1, 1, DType::kFloat16, trace.block_tokens};
+  KVTIER_ASSIGN_OR_RETURN(const prefix_index::NamespaceId ns,
+                          e.AddNamespace({"replay", "", layout}));
+
+  SimResult out;
+  std::vector<BlockKey> keys;
+  const double start = Now();
+  const uint64_t every = std::max<uint64_t>(1, trace.requests.size() / 100);
+  for (const TraceRequest& r : trace.requests) {
+    keys.clear();
+    for (uint64_t id : r.ids) keys.push_back(KeyOf(r.file, id));
+    KVTIER_ASSIGN_OR_RETURN(const tiers::LookupResult found, e.Lookup(ns, keys));
+    for (TierKind t : found.tiers) ++out.hits_per_tier[static_cast<size_t>(t)];
+    // A hit is read (promoted into the host, as a worker's ACQUIRE would);
+    // the rest of the prompt is computed and written.
+    if (found.hits > 0) {
+      KVTIER_ASSIGN_OR_RETURN(tiers::Lease lease,
+                              e.Acquire(ns, std::span(keys).first(found.hits), TierKind::kHost));
+      lease.Release();
+    }
+    if (found.hits < keys.size()) {
+      std::optional<BlockKey> parent;
+      if (found.hits > 0) parent = keys[found.hits - 1];
+      auto write = e.Allocate(ns, parent, std::span(keys).subspan(found.hits), TierKind::kHost);
+      if (write.ok()) {
+        KVTIER_RETURN_IF_ERROR(write->Commit());
+      } else if (write.status().code() != StatusCode::kResourceExhausted &&
+                 write.status().code() != StatusCode::kNotFound) {
+        return write.status();
+      }
+    }
+    Account(r, found.hits, trace.block_tokens, &out);
+    if (progress && out.requests % every == 0) progress(out.requests, trace.requests.size());
+  }
+  out.seconds = Now() - start;
+  const tiers::EngineStats st = e.Stats();
+  for (const tiers::TierStats& t : st.tiers) {
+    out.demotions += t.demotions_in;
+    out.promotions += t.promotions_in;
+  }
+  out.blocks_moved = out.demotions + out.promotions;
+  return out;
+}
+
+// Belady's OPT over one pool of `capacity` blocks: on a miss the block is
+// cached, and when full, the cached block whose next use lies furthest
+// ahead (never: furthest of all) goes. Hits are the leading run, as for
+// the engine.
+Result<SimResult> SimulateOpt(const Trace& trace, const SimConfig& c, const ProgressFn& progress) {
+  // next_use[i]: the position of the next reference to the block referenced
+  // at position i (positions count block references across the trace).
+  std::vector<uint64_t> next_use(trace.block_refs);
+  {
+    std::unordered_map<BlockKey, uint64_t, prefix_index::BlockKeyHash> later;
+    later.reserve(trace.block_refs);
+    uint64_t pos = trace.block_refs;
+    for (auto r = trace.requests.rbegin(); r != trace.requests.rend(); ++r) {
+      for (auto id = r->ids.rbegin(); id != r->ids.rend(); ++id) {
+        --pos;
+        const BlockKey k = KeyOf(r->file, *id);
+        auto it = later.find(k);
+        next_use[pos] = it == later.end() ? std::numeric_limits<uint64_t>::max() : it->second;
+        later[k] = pos;
+      }
+    }
+  }
+  std::unordered_map<BlockKey, uint64_t, prefix_index::BlockKeyHash> cached;  // key -> next use
+  std::set<std::pair<uint64_t, BlockKey>> by_next;                            // furthest last
+  cached.reserve(c.host_blocks * 2);
+  SimResult out;
+  const double start = Now();
+  const uint64_t every = std::max<uint64_t>(1, trace.requests.size() / 100);
+  uint64_t pos = 0;
+  for (const TraceRequest& r : trace.requests) {
+    uint64_t hits = 0;
+    bool leading = true;
+    for (uint64_t id : r.ids) {
+      const BlockKey k = KeyOf(r.file, id);
+      const uint64_t next = next_use[pos++];
+      auto it = cached.find(k);
+      if (it != cached.end()) {
+        if (leading) ++hits;
+        by_next.erase({it->second, k});
+        it->second = next;
+        by_next.insert({next, k});
+        continue;
+      }
+      leading = false;
+      if (c.host_blocks == 0) continue;
+      if (cached.size() == c.host_blocks) {
+        // Keep the new block only if it is needed sooner than the furthest.
+        auto furthest = std::prev(by_next.end());
+        if (furthest->first <= next) continue;
+        cached.erase(furthest->second);
+        by_next.erase(furthest);
+      }
+      cached.emplace(k, next);
+      by_next.insert({next, k});
+    }
+    Account(r, hits, trace.block_tokens, &out);
+    if (progress && out.requests % every == 0) progress(out.requests, trace.requests.size());
+  }
+  out.seconds = Now() - start;
+  out.hits_per_tier[static_cast<size_t>(TierKind::kHost)] = out.block_hits;
+  return out;
+}
+
+}  // namespace
+
+Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
+                           const ProgressFn& progress) {
+  if (config.host_blocks == 0) return InvalidArgumentError("the host tier needs a capacity");
+  if (trace.block_tokens == 0 || trace.block_tokens > 1024) {
+    return InvalidArgumentError("block size of " + std::to_string(trace.block_tokens) +
+                                " tokens is not simulated (1-1024)");
+  }
+  Result<SimResult> r = config.policy == "opt" ? SimulateOpt(trace, config, progress)
+                                               : SimulateEngine(trace, config, progress);
+  if (!r) return r;
+  r->policy = config.policy;
+  r->device_blocks = config.device_blocks;
+  r->host_blocks = config.host_blocks;
+  r->ssd_blocks = config.policy == "opt" ? 0 : config.ssd_blocks;
+  r->capacity_blocks = r->device_blocks + r->host_blocks + r->ssd_blocks;
+  return r;
+}
+
+}  // namespace kvtier::replay

@@ -1,0 +1,59 @@
+// Simulate mode: replays a trace through the real CacheEngine and the real
+// eviction policies, with metadata-only tiers of the given capacities, one
+// request at a time in trace order; and Belady's OPT, the offline bound.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "replay/trace.h"
+
+namespace kvtier::replay {
+
+struct SimConfig {
+  // An eviction policy name (eviction::PolicyNames()), used for every tier,
+  // or "opt" (Belady, offline; one tier of host_blocks).
+  std::string policy = "lru";
+  // Capacities in blocks; 0 = no such tier. The host tier is required.
+  uint64_t device_blocks = 0;
+  uint64_t host_blocks = 0;
+  uint64_t ssd_blocks = 0;
+};
+
+struct SimResult {
+  std::string policy;
+  uint64_t capacity_blocks = 0;  // all tiers together
+  uint64_t device_blocks = 0, host_blocks = 0, ssd_blocks = 0;
+  uint64_t requests = 0;
+  uint64_t block_refs = 0;
+  uint64_t block_hits = 0;  // leading hits
+  uint64_t input_tokens = 0;
+  uint64_t hit_tokens = 0;                // Σ min(block_tokens × leading hits, input_tokens)
+  uint64_t hits_per_tier[3] = {0, 0, 0};  // device, host, ssd
+  uint64_t demotions = 0;
+  uint64_t promotions = 0;
+  uint64_t blocks_moved = 0;
+  double seconds = 0;
+
+  double block_hit_rate() const {
+    return block_refs == 0 ? 0 : static_cast<double>(block_hits) / static_cast<double>(block_refs);
+  }
+  double token_hit_rate() const {
+    return input_tokens == 0 ? 0
+                             : static_cast<double>(hit_tokens) / static_cast<double>(input_tokens);
+  }
+  double refs_per_second() const {
+    return seconds == 0 ? 0 : static_cast<double>(block_refs) / seconds;
+  }
+};
+
+// Called every `progress_every` requests with (requests done, total).
+using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
+Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
+                           const ProgressFn& progress = {});
+
+}  // namespace kvtier::replay

@@ -1,0 +1,122 @@
+#include "replay/trace.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace kvtier::replay {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint32_t kMooncakeBlockTokens = 512;
+
+Status Bad(const std::string& path, const std::string& where, const std::string& what) {
+  return InvalidArgumentError(path + (where.empty() ? "" : ":" + where) + ": " + what);
+}
+
+// Reads a request object of either format's field names.
+Status ReadRequest(const json& j, const std::string& path, const std::string& where, bool mooncake,
+                   double time_offset_s, uint32_t file, std::vector<TraceRequest>* out) {
+  if (!j.is_object()) return Bad(path, where, "a request is not an object");
+  TraceRequest r;
+  r.file = file;
+  const char* t = mooncake ? "timestamp" : "t";
+  const char* in = mooncake ? "input_length" : "in";
+  const char* outk = mooncake ? "output_length" : "out";
+  if (!j.contains(t) || !j[t].is_number() || !j.contains(in) || !j[in].is_number_unsigned() ||
+      !j.contains("hash_ids") || !j["hash_ids"].is_array()) {
+    return Bad(path, where, std::string("a request needs ") + t + ", " + in + " and hash_ids");
+  }
+  // Mooncake timestamps are milliseconds; kv-cache-tester's seconds.
+  r.time_s = time_offset_s + j[t].get<double>() / (mooncake ? 1000.0 : 1.0);
+  r.input_tokens = j[in].get<uint64_t>();
+  if (j.contains(outk) && j[outk].is_number_unsigned()) r.output_tokens = j[outk].get<uint64_t>();
+  r.ids.reserve(j["hash_ids"].size());
+  for (const json& id : j["hash_ids"]) {
+    if (!id.is_number_unsigned()) return Bad(path, where, "hash_ids must be non-negative integers");
+    r.ids.push_back(id.get<uint64_t>());
+  }
+  out->push_back(std::move(r));
+  // A sub-agent: a nested conversation sharing this file's id space, its
+  // times relative to the request that spawned it.
+  if (j.contains("requests") && j["requests"].is_array()) {
+    for (size_t i = 0; i < j["requests"].size(); ++i) {
+      KVTIER_RETURN_IF_ERROR(ReadRequest(j["requests"][i], path,
+                                         where + "/requests[" + std::to_string(i) + "]", false,
+                                         out->back().time_s, file, out));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ReadFile(const std::string& path, uint32_t file, Trace* trace) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError("cannot open trace " + path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string text = buf.str();
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return Bad(path, "", "empty trace");
+
+  // kv-cache-tester: one JSON document with "requests".
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_discarded() && doc.is_object() && doc.contains("requests")) {
+    if (!doc.contains("block_size") || !doc["block_size"].is_number_unsigned()) {
+      return Bad(path, "", "a kv-cache-tester trace needs block_size");
+    }
+    const auto block = doc["block_size"].get<uint32_t>();
+    if (trace->block_tokens != 0 && trace->block_tokens != block) {
+      return Bad(path, "",
+                 "block size " + std::to_string(block) + " differs from " +
+                     std::to_string(trace->block_tokens) + " of earlier files");
+    }
+    trace->block_tokens = block;
+    for (size_t i = 0; i < doc["requests"].size(); ++i) {
+      KVTIER_RETURN_IF_ERROR(ReadRequest(doc["requests"][i], path,
+                                         "requests[" + std::to_string(i) + "]", false, 0, file,
+                                         &trace->requests));
+    }
+    return Status::Ok();
+  }
+
+  // Mooncake JSONL: one request per line.
+  if (trace->block_tokens != 0 && trace->block_tokens != kMooncakeBlockTokens) {
+    return Bad(path, "",
+               "Mooncake traces have 512-token blocks; earlier files had " +
+                   std::to_string(trace->block_tokens));
+  }
+  trace->block_tokens = kMooncakeBlockTokens;
+  std::istringstream lines(text);
+  std::string line;
+  for (size_t n = 1; std::getline(lines, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded()) return Bad(path, std::to_string(n), "not JSON");
+    KVTIER_RETURN_IF_ERROR(
+        ReadRequest(j, path, std::to_string(n), true, 0, file, &trace->requests));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Trace> ReadTraces(std::span<const std::string> paths) {
+  if (paths.empty()) return InvalidArgumentError("no trace files");
+  Trace trace;
+  try {
+    for (size_t f = 0; f < paths.size(); ++f) {
+      KVTIER_RETURN_IF_ERROR(ReadFile(paths[f], static_cast<uint32_t>(f), &trace));
+    }
+  } catch (const std::exception& e) {  // nlohmann's type errors, allocation
+    return InvalidArgumentError(std::string("reading traces: ") + e.what());
+  }
+  std::stable_sort(
+      trace.requests.begin(), trace.requests.end(),
+      [](const TraceRequest& a, const TraceRequest& b) { return a.time_s < b.time_s; });
+  for (const TraceRequest& r : trace.requests) trace.block_refs += r.ids.size();
+  return trace;
+}
+
+}  // namespace kvtier::replay

@@ -1,0 +1,38 @@
+// Recorded request traces with KV-block identity (../shared/traces/README.md):
+// the Mooncake JSONL format and the kv-cache-tester JSON format.
+//
+// Block ids are namespaced per file, so mixing files never makes two
+// unrelated prompts share a block: a block is (file, id).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace kvtier::replay {
+
+struct TraceRequest {
+  double time_s = 0;  // since the trace's start
+  uint64_t input_tokens = 0;
+  uint64_t output_tokens = 0;
+  uint32_t file = 0;          // which input file (the id namespace)
+  std::vector<uint64_t> ids;  // the request's full blocks, prefix-chained
+};
+
+struct Trace {
+  uint32_t block_tokens = 0;
+  std::vector<TraceRequest> requests;  // in time order
+  uint64_t block_refs = 0;             // Σ ids over requests
+};
+
+// Reads one or more trace files; the format is recognised by content (a
+// JSON object with "requests": kv-cache-tester; one object per line:
+// Mooncake, whose blocks are 512 tokens). Files of different block sizes
+// cannot be mixed. Requests of several files are merged by time.
+// InvalidArgument names the file and line of anything malformed.
+Result<Trace> ReadTraces(std::span<const std::string> paths);
+
+}  // namespace kvtier::replay

@@ -1,0 +1,81 @@
+#include "replay/trace.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace kvtier::replay {
+namespace {
+
+class TraceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kvtier-trace-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string dir_;
+};
+
+TEST_F(TraceTest, ReadsMooncakeJsonl) {
+  const auto p = Write("m.jsonl",
+                       "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 5, "
+                       "\"hash_ids\": [0, 1]}\n"
+                       "{\"timestamp\": 2500, \"input_length\": 600, \"output_length\": 1, "
+                       "\"hash_ids\": [0]}\n");
+  auto t = ReadTraces(std::vector<std::string>{p});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->block_tokens, 512u);
+  ASSERT_EQ(t->requests.size(), 2u);
+  EXPECT_DOUBLE_EQ(t->requests[1].time_s, 2.5);  // milliseconds
+  EXPECT_EQ(t->requests[0].ids, (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ(t->block_refs, 3u);
+}
+
+TEST_F(TraceTest, ReadsKvCacheTesterWithNestedSubAgents) {
+  const auto p = Write("k.json",
+                       R"({"id":"x","block_size":64,"hash_id_scope":"local","requests":[
+          {"t":1.0,"in":128,"out":3,"hash_ids":[1,2],
+           "requests":[{"t":0.5,"in":64,"out":1,"hash_ids":[1]}]},
+          {"t":3.0,"in":64,"out":1,"hash_ids":[9]}]})");
+  auto t = ReadTraces(std::vector<std::string>{p});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->block_tokens, 64u);
+  ASSERT_EQ(t->requests.size(), 3u);
+  EXPECT_DOUBLE_EQ(t->requests[1].time_s, 1.5);  // relative to its parent request
+  EXPECT_EQ(t->requests[2].ids, (std::vector<uint64_t>{9}));
+}
+
+TEST_F(TraceTest, FilesGetTheirOwnIdSpaces) {
+  const std::string body = R"({"block_size":64,"requests":[{"t":0,"in":64,"hash_ids":[7]}]})";
+  const std::vector<std::string> files = {Write("a.json", body), Write("b.json", body)};
+  auto t = ReadTraces(files);
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->requests.size(), 2u);
+  EXPECT_NE(t->requests[0].file, t->requests[1].file);
+}
+
+TEST_F(TraceTest, MalformedInputIsAClearError) {
+  auto bad_line = ReadTraces(std::vector<std::string>{Write(
+      "bad.jsonl", "{\"timestamp\": 0, \"input_length\": 1, \"hash_ids\": [0]}\nnot json\n")});
+  ASSERT_FALSE(bad_line.ok());
+  EXPECT_NE(bad_line.status().message().find("bad.jsonl:2"), std::string_view::npos)
+      << bad_line.status().ToString();
+  EXPECT_FALSE(ReadTraces(std::vector<std::string>{Write("n.jsonl", "{\"timestamp\": 0}\n")}).ok());
+  EXPECT_FALSE(ReadTraces(std::vector<std::string>{dir_ + "/missing.json"}).ok());
+  // Mixed block sizes cannot be replayed together.
+  const std::vector<std::string> mixed = {
+      Write("a.json", R"({"block_size":64,"requests":[{"t":0,"in":64,"hash_ids":[1]}]})"),
+      Write("m.jsonl", "{\"timestamp\": 0, \"input_length\": 512, \"hash_ids\": [1]}\n")};
+  EXPECT_FALSE(ReadTraces(mixed).ok());
+}
+
+}  // namespace
+}  // namespace kvtier::replay
