@@ -47,6 +47,12 @@ struct BlockMeta {
   // Children of this block cached in the same tier. A prefix-aware policy
   // keeps blocks with children, since a child without its parent never hits.
   uint32_t children_in_tier = 0;
+  // A stable fingerprint of the block's key (its hash, say), or 0 when not
+  // known. The engine reuses ids after Erase, so a policy that remembers
+  // blocks it no longer tracks (S3-FIFO's ghost queue) matches id and
+  // fingerprint; with 0 it matches by id alone and a reused id may be taken
+  // for the block that held it before.
+  uint64_t fingerprint = 0;
 };
 
 class EvictionPolicy {
@@ -76,10 +82,51 @@ class EvictionPolicy {
 // oldest goes first.
 std::unique_ptr<EvictionPolicy> NewLruPolicy();
 
+struct LfuOptions {
+  // Time for the weight of an access to halve (ns, > 0). Shorter forgets
+  // popularity sooner and behaves more like LRU; longer keeps old heat and
+  // behaves more like plain LFU, slow to let go of yesterday's hot prefix.
+  TimeNs half_life = 60 * kNsPerSec;
+};
+
+// LFU with aging: the block with the lowest decayed access count goes first,
+// where each access (Insert or Touch) counts 1 and halves every half_life of
+// `clock`; equal counts go least recently used first. O(log n) per
+// operation. `clock` must outlive the policy.
+std::unique_ptr<EvictionPolicy> NewLfuPolicy(const Clock& clock, LfuOptions options = {});
+
+struct S3FifoOptions {
+  // Share of the unpinned blocks the small (probationary) FIFO may hold
+  // before eviction turns to the main FIFO; the paper's 10 %.
+  double small_fraction = 0.10;
+  // Ghost entries (evicted ids remembered, no data) as a share of the
+  // tracked blocks; the paper's 90 %.
+  double ghost_fraction = 0.90;
+};
+
+// S3-FIFO (Yang et al., SOSP'23): new blocks enter a small FIFO and leave it
+// for the ghost FIFO unless touched there, in which case they move to the
+// main FIFO, a 2-bit CLOCK; a block inserted while its id is a ghost (same
+// fingerprint) enters main directly. Amortised O(1) per operation.
+std::unique_ptr<EvictionPolicy> NewS3FifoPolicy(S3FifoOptions options = {});
+
+// Priority retention with TensorRT-LLM's semantics: the lowest effective
+// priority goes first, least recently used first within a priority; a
+// priority counts as kDefaultPriority once priority_expires_at <= clock.Now().
+// O(log n) per operation. `clock` must outlive the policy.
+std::unique_ptr<EvictionPolicy> NewPriorityPolicy(const Clock& clock);
+
+// Leaf first (prefix-aware): `inner` decides among blocks without children
+// in the tier; a block with children_in_tier > 0 is never a victim, as if
+// pinned, and rejoins `inner` (as after an unpin) when it becomes a leaf.
+// When every leaf is pinned, Victim() is nullopt. Named "leaf-<inner>".
+std::unique_ptr<EvictionPolicy> NewLeafFirst(std::unique_ptr<EvictionPolicy> inner);
+
 // The names NewPolicy() accepts.
 std::span<const std::string_view> PolicyNames();
 
-// A policy by its configuration name ("lru"). `clock` must outlive it.
+// A policy by its configuration name: "lru", "lfu", "s3fifo", "priority",
+// each also as "leaf-<name>" (NewLeafFirst around it). `clock` must outlive it.
 Result<std::unique_ptr<EvictionPolicy>> NewPolicy(std::string_view name, const Clock& clock);
 
 }  // namespace kvtier::eviction

@@ -394,6 +394,8 @@ eviction::BlockMeta CacheEngine::MetaOf(EntryId id) const {
   meta.priority = b.priority;
   meta.pinned = b.pins > 0;
   meta.children_in_tier = b.children_in_tier;
+  const BlockKey& key = index_.key(id);
+  meta.fingerprint = key.lo ^ key.hi;  // lets S3-FIFO's ghosts survive id reuse
   return meta;
 }
 

@@ -1,24 +1,13 @@
 #include <gtest/gtest.h>
 
 #include "eviction/eviction_policy.h"
+#include "policy_test_util.h"
 
 namespace kvtier::eviction {
 namespace {
 
-BlockMeta Meta(bool pinned = false) {
-  BlockMeta m;
-  m.pinned = pinned;
-  return m;
-}
-
-std::vector<BlockId> Drain(EvictionPolicy& p) {
-  std::vector<BlockId> order;
-  while (auto v = p.Victim()) {
-    order.push_back(*v);
-    p.Erase(*v);
-  }
-  return order;
-}
+using testing::Drain;
+using testing::Meta;
 
 TEST(LruPolicyTest, EvictsInInsertionOrderWithoutAccesses) {
   auto p = NewLruPolicy();

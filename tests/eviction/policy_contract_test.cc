@@ -2,6 +2,7 @@
 // every policy NewPolicy() knows (STYLE.md 17).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -136,8 +137,66 @@ TEST_P(PolicyContractTest, RandomEventsKeepTheContract) {
   }
 }
 
+// The same with every field of the metadata random (priorities that
+// expire, children, fingerprints): only pinned decides the contract, except
+// that a leaf-first policy may keep blocks with children.
+TEST_P(PolicyContractTest, RandomMetadataKeepsTheContract) {
+  const bool leaf_first = GetParam().starts_with("leaf-");
+  std::mt19937 rng(13);
+  std::vector<int> state(64, -1);  // -1 untracked, 0 candidate, 1 kept
+  auto random_meta = [&](bool pinned) {
+    BlockMeta m = Meta(pinned);
+    m.priority = static_cast<uint8_t>(rng() % 101);
+    if (rng() % 2 == 0)
+      m.priority_expires_at = clock_.Now() + static_cast<TimeNs>(rng() % 50) * kNsPerMs;
+    m.children_in_tier = rng() % 4 == 0 ? 1 : 0;
+    m.fingerprint = rng() % 3;
+    return m;
+  };
+  auto kept = [&](const BlockMeta& m) {
+    return m.pinned || (leaf_first && m.children_in_tier > 0);
+  };
+  for (int step = 0; step < 20'000; ++step) {
+    const BlockId id = rng() % 64;
+    const BlockMeta m = random_meta(rng() % 3 == 0);
+    const int op = static_cast<int>(rng() % 5);
+    if (op == 0 && state[id] < 0) {
+      policy_->Insert(id, m);
+    } else if (op == 1 && state[id] >= 0) {
+      policy_->Touch(id, m);
+    } else if (op == 2 && state[id] >= 0) {
+      policy_->Update(id, m);
+    } else if (op == 3 && state[id] >= 0) {
+      policy_->Erase(id);
+      state[id] = -1;
+      continue;
+    } else if (op == 4) {
+      clock_.Advance(kNsPerMs);
+      const auto v = policy_->Victim();
+      const bool any = std::count(state.begin(), state.end(), 0) > 0;
+      ASSERT_EQ(v.has_value(), any) << "step " << step;
+      if (v) {
+        ASSERT_EQ(state[*v], 0) << "victim " << *v << " untracked or kept";
+        if (rng() % 2 == 0) {
+          policy_->Erase(*v);
+          state[*v] = -1;
+        }
+      }
+      continue;
+    } else {
+      continue;
+    }
+    state[id] = kept(m) ? 1 : 0;
+  }
+}
+
+// gtest names allow only [A-Za-z0-9_]: "leaf-lru" runs as leaf_lru.
 INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyContractTest, ::testing::ValuesIn(PolicyNames()),
-                         [](const auto& p) { return std::string(p.param); });
+                         [](const auto& p) {
+                           std::string name(p.param);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 TEST(PolicyFactoryTest, UnknownNameIsAClearError) {
   ManualClock clock;

@@ -1,0 +1,47 @@
+// Leaf first (prefix-aware). A block whose children are cached in the same
+// tier must stay: the child can only hit through its parent's prefix. The
+// wrapper shows the inner policy such a block as pinned, so the inner policy
+// never names it and needs no knowledge of prefixes; when its last child
+// leaves, the engine's Update shows it unpinned and it rejoins the inner
+// order as after an unpin. The wrapper keeps no state of its own: every call
+// carries the full metadata, so the mask is recomputed each time.
+#include <string>
+#include <utility>
+
+#include "eviction/eviction_policy.h"
+
+namespace kvtier::eviction {
+namespace {
+
+class LeafFirstPolicy final : public EvictionPolicy {
+ public:
+  explicit LeafFirstPolicy(std::unique_ptr<EvictionPolicy> inner)
+      : inner_(std::move(inner)), name_("leaf-" + std::string(inner_->name())) {}
+
+  std::string_view name() const override { return name_; }
+
+  void Insert(BlockId id, const BlockMeta& meta) override { inner_->Insert(id, AsInner(meta)); }
+  void Touch(BlockId id, const BlockMeta& meta) override { inner_->Touch(id, AsInner(meta)); }
+  void Update(BlockId id, const BlockMeta& meta) override { inner_->Update(id, AsInner(meta)); }
+  void Erase(BlockId id) override { inner_->Erase(id); }
+  std::optional<BlockId> Victim() override { return inner_->Victim(); }
+  size_t size() const override { return inner_->size(); }
+
+ private:
+  static BlockMeta AsInner(const BlockMeta& meta) {
+    BlockMeta m = meta;
+    m.pinned = meta.pinned || meta.children_in_tier > 0;
+    return m;
+  }
+
+  std::unique_ptr<EvictionPolicy> inner_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> NewLeafFirst(std::unique_ptr<EvictionPolicy> inner) {
+  return std::make_unique<LeafFirstPolicy>(std::move(inner));
+}
+
+}  // namespace kvtier::eviction
