@@ -140,7 +140,10 @@ std::string FormatSvg(const std::vector<SimResult>& results, const std::string& 
   }
   std::set<uint64_t> capacities;
   for (const SimResult& r : results) capacities.insert(r.capacity_blocks);
+  double last_label = -1e9;
   for (uint64_t c : capacities) {
+    if (x(c) - last_label < 48) continue;  // labels that would overlap: keep the first
+    last_label = x(c);
     s += "<text x=\"" + Fmt("%.1f", x(c)) + "\" y=\"" + Fmt("%.1f", kH - kBottom + 18) +
          "\" text-anchor=\"middle\">" + std::to_string(c) + "</text>\n";
   }
