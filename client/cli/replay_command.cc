@@ -33,6 +33,13 @@ std::vector<std::string> Split(const std::string& s) {
   return out;
 }
 
+// "trace.jsonl", or "a.json and 7 more": file names, not paths.
+std::string Title(const std::vector<std::string>& traces) {
+  std::string name = traces.front().substr(traces.front().find_last_of('/') + 1);
+  if (traces.size() > 1) name += " and " + std::to_string(traces.size() - 1) + " more";
+  return name;
+}
+
 int Run(const ReplayOptions& o) {
   auto trace = replay::ReadTraces(o.traces);
   if (!trace) {
@@ -69,7 +76,7 @@ int Run(const ReplayOptions& o) {
   for (const auto& [path, text] :
        {std::pair{o.json, replay::FormatJson(results)},
         std::pair{o.csv, replay::FormatCsv(results)},
-        std::pair{o.plot, replay::FormatSvg(results, "kvtier replay: " + o.traces.front())}}) {
+        std::pair{o.plot, replay::FormatSvg(results, "kvtier replay: " + Title(o.traces))}}) {
     if (path.empty()) continue;
     if (Status s = replay::WriteFile(path, text); !s.ok()) {
       std::fprintf(stderr, "kvtier replay: %s\n", std::string(s.message()).c_str());
