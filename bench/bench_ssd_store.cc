@@ -3,31 +3,49 @@
 // records in RocksDB), with 1 and with 8 requests in flight (threads, each
 // with one synchronous request), reported in bytes per second.
 //
-// Peers, measured in the same run:
-//   - RocksDB with blob files (enable_blob_files, min_blob_size 4 KiB),
-//     holding the same payloads as values: the alternative issue 4 asks to
-//     try. WAL on, as SsdStore has it, so both survive a kill -9; a write
-//     batch ends with a Flush, so its bytes are in blob files. Direct I/O for
-//     reads and flushes, so neither side reads from the page cache.
-//   - The disk's raw sequential direct-I/O bandwidth by fio, passed in with
-//     --fio=FILE (lines "<write|read> <2M|256k> <iodepth> <bytes/s>"), as
-//     bench/ssd_vs_fio.sh does. Goal: SsdStore >= 0.8x raw.
+// Two parts:
+//   - Google Benchmark runs of SsdStore (ssd_*) and of its alternative,
+//     RocksDB with blob files (blob_*: enable_blob_files, min_blob_size
+//     4 KiB), holding the same payloads as values, the alternative issue 4
+//     asks to try. WAL on, as SsdStore has it, so both survive a kill -9; a
+//     write batch ends with a Flush, so its bytes are in blob files. Direct
+//     I/O for reads and flushes, so neither side reads from the page cache.
+//   - With --fio_bin=PATH, SsdStore against the disk's raw sequential
+//     direct-I/O bandwidth by fio, interleaved: for each (op, bs, depth),
+//     --rounds rounds of one fio run over --slice_mib MiB and one SsdStore
+//     batch of the same bytes, alternating which goes first (ABBA, so a
+//     linear drift of the disk cancels). On a noisy disk (a VM's: fio alone
+//     swings 0.67-1.0 GB/s run to run) measuring fio first and the store a
+//     minute later puts the drift into the ratio; interleaved, both see the
+//     same disk. Reported: the ratio of the sums (total bytes / total time
+//     of each side) and the median and range of the per-round ratios.
+//     fio does the store's kind of I/O: synchronous pread/pwrite with
+//     O_DIRECT (--ioengine=psync); at depth 8 the store runs 8 threads with
+//     one request each on consecutive blocks, so fio runs --numjobs=8 psync
+//     jobs, job k on blocks k, k+8, k+16, ... (--rw=read:<7 blocks>,
+//     --offset_increment=<1 block>): the same sequential stream with 8 in
+//     flight. Goal: SsdStore >= 0.8x.
 //
 // Before each write batch (untimed) every slot is erased, freed and
-// allocated again. `ssd_write` keeps freed slots allocated on disk
+// allocated again. `write` keeps freed slots allocated on disk
 // (kept_free_bytes), so the batch rewrites allocated blocks: the tier's
 // steady state, full, where each demotion takes the slot an eviction freed.
-// `ssd_write_holes` punches every freed slot (kept_free_bytes 0), so each
+// `write_holes` punches every freed slot (kept_free_bytes 0), so each
 // write allocates: the tier filling up. Reads read a batch back in order.
+// fio's file is written once (untimed) and then rewritten and read.
 //
 // Flags (besides the benchmark flags): --dir=PATH, the parent of the data
 // directory PATH/kvtier_bench_ssd (default /var/tmp: a real disk, where /tmp
-// may be tmpfs; removed at exit); --batch_mib=N, MiB per batch (default 512;
-// at most one batch is on disk at a time); --fio=FILE.
+// may be tmpfs; removed at exit); --batch_mib=N, MiB per Google Benchmark
+// batch (default 512; at most one batch is on disk at a time);
+// --fio_bin=PATH (default: no fio part), --rounds=N (default 6),
+// --slice_mib=N (default 256; on disk at most: 2 slices + 64 MiB).
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -59,7 +77,9 @@ using tiers::internal::SsdStore;
 
 std::string g_dir = "/var/tmp/kvtier_bench_ssd";
 uint64_t g_batch_bytes = 512 * kMiB;
-std::string g_fio_file;
+std::string g_fio_bin;  // empty: no interleaved comparison with fio
+int g_rounds = 6;
+uint64_t g_slice_bytes = 256 * kMiB;
 
 constexpr int kSources = 32;  // distinct payloads, reused round robin
 constexpr int kMaxDepth = 8;
@@ -160,16 +180,23 @@ struct SsdSubject : Subject {
     written = ok;
     return ok ? "" : error;
   }
+  bool ReadAll(int depth) {
+    const size_t bytes = static_cast<size_t>(buffers.block_bytes);
+    return RunParallel(depth, records.size(), [&](int t, size_t i) {
+      return store->Read(records[i], buffers.outs[static_cast<size_t>(t)].span().first(bytes)).ok();
+    });
+  }
 };
 
 // `holes`: Free punches every slot (kept_free_bytes 0), so each write lands
 // in a hole (the tier filling up). Otherwise every freed slot is kept
 // allocated and rewritten (the tier's steady state, full).
-std::unique_ptr<SsdSubject> MakeSsd(uint64_t block_bytes, bool holes, std::string* error) {
+std::unique_ptr<SsdSubject> MakeSsd(uint64_t block_bytes, bool holes, uint64_t batch_bytes,
+                                    std::string* error) {
   auto s = std::make_unique<SsdSubject>(block_bytes);
   SsdOptions o;
   o.dir = g_dir + "/ssd";
-  o.capacity_bytes = g_batch_bytes + 64 * kMiB;
+  o.capacity_bytes = batch_bytes + 64 * kMiB;
   o.kept_free_bytes = holes ? 0 : o.capacity_bytes;
   auto store = SsdStore::Open(o);
   if (!store.ok()) {
@@ -177,7 +204,7 @@ std::unique_ptr<SsdSubject> MakeSsd(uint64_t block_bytes, bool holes, std::strin
     return nullptr;
   }
   s->store = std::move(store).value();
-  const size_t n = g_batch_bytes / block_bytes;
+  const size_t n = batch_bytes / block_bytes;
   for (size_t i = 0; i < n; ++i) {
     auto slot = s->store->Allocate(block_bytes);
     if (!slot.ok()) {
@@ -195,7 +222,7 @@ std::unique_ptr<SsdSubject> MakeSsd(uint64_t block_bytes, bool holes, std::strin
 void SsdWrite(benchmark::State& state, uint64_t block_bytes, int depth, bool holes) {
   std::string error;
   auto* s = Use<SsdSubject>((holes ? "ssd-holes" : "ssd") + std::to_string(block_bytes),
-                            [&] { return MakeSsd(block_bytes, holes, &error); });
+                            [&] { return MakeSsd(block_bytes, holes, g_batch_bytes, &error); });
   if (s == nullptr) return state.SkipWithError(error.c_str());
   for (auto _ : state) {
     state.PauseTiming();
@@ -218,19 +245,13 @@ void BM_SsdWriteHoles(benchmark::State& state, uint64_t block_bytes, int depth) 
 void BM_SsdRead(benchmark::State& state, uint64_t block_bytes, int depth) {
   std::string error;
   auto* s = Use<SsdSubject>("ssd" + std::to_string(block_bytes),
-                            [&] { return MakeSsd(block_bytes, false, &error); });
+                            [&] { return MakeSsd(block_bytes, false, g_batch_bytes, &error); });
   if (s == nullptr) return state.SkipWithError(error.c_str());
   if (!s->written && !(error = s->WriteAll(kMaxDepth)).empty()) {
     return state.SkipWithError(error.c_str());
   }
   for (auto _ : state) {
-    const bool ok = RunParallel(depth, s->records.size(), [&](int t, size_t i) {
-      const size_t bytes = static_cast<size_t>(block_bytes);
-      Status st = s->store->Read(s->records[i],
-                                 s->buffers.outs[static_cast<size_t>(t)].span().first(bytes));
-      return st.ok();
-    });
-    if (!ok) return state.SkipWithError("SsdStore read failed");
+    if (!s->ReadAll(depth)) return state.SkipWithError("SsdStore read failed");
   }
   state.SetBytesProcessed(state.iterations() *
                           static_cast<int64_t>(s->records.size() * block_bytes));
@@ -381,44 +402,194 @@ void Register() {
   }
 }
 
-// fio's bandwidth by (op, bs, depth), in bytes/s.
-std::map<std::string, double> ReadFio(const std::string& path) {
-  std::map<std::string, double> out;
-  if (path.empty()) return out;
-  std::ifstream in(path);
-  std::string op, bs;
-  int depth = 0;
-  double bw = 0;
-  while (in >> op >> bs >> depth >> bw) out[op + "/" + bs + "/" + std::to_string(depth)] = bw;
-  if (out.empty()) std::fprintf(stderr, "bench_ssd_store: no fio results in %s\n", path.c_str());
-  return out;
-}
+// Google Benchmark's results by "subject_op/bs/depth", in GB/s.
+std::map<std::string, double> g_gbench;
 
 void Summarize(const SummaryReporter& r) {
-  const std::map<std::string, double> fio = ReadFio(g_fio_file);
-  std::printf(
-      "=== bench_ssd_store summary (GB/s; ratios to fio raw direct I/O and to RocksDB "
-      "blobs, same run)\n");
-  std::printf("%-11s %-5s %5s %9s %9s %9s %9s %9s\n", "op", "bs", "depth", "SsdStore", "blobs",
-              "fio raw", "ssd/raw", "ssd/blob");
+  std::printf("=== bench_ssd_store: Google Benchmark (GB/s, medians; same run)\n");
+  std::printf("%-11s %-5s %5s %9s %9s %9s\n", "op", "bs", "depth", "SsdStore", "blobs", "ssd/blob");
   for (const Size& size : kSizes) {
     for (const char* op : {"write", "write_holes", "read"}) {
       const char* peer_op = std::string_view(op) == "read" ? "read" : "write";
       for (int depth : kDepths) {
         auto gbps = [&](const char* subject, const char* o) {
-          return r.Counter(Name(subject, o, size, depth) + "/real_time", "bytes_per_second") / 1e9;
+          const std::string name = Name(subject, o, size, depth);
+          const double v = r.Counter(name + "/real_time", "bytes_per_second") / 1e9;
+          if (v > 0) g_gbench[name] = v;
+          return v;
         };
         const double ssd = gbps("ssd", op), blob = gbps("blob", peer_op);
-        auto it = fio.find(std::string(peer_op) + "/" + size.name + "/" + std::to_string(depth));
-        const double raw = it == fio.end() ? 0 : it->second / 1e9;
-        std::printf("%-11s %-5s %5d %9.2f %9.2f %9.2f %8.2fx %8.2fx\n", op, size.name, depth, ssd,
-                    blob, raw, Ratio(ssd, raw), Ratio(ssd, blob));
+        std::printf("%-11s %-5s %5d %9.2f %9.2f %8.2fx\n", op, size.name, depth, ssd, blob,
+                    Ratio(ssd, blob));
       }
     }
   }
+  std::printf("(0 = not run, e.g. filtered out)\n");
+}
+
+// ---- SsdStore interleaved with fio ----
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// One fio run of `rw` over `bytes` of `file` in the store's pattern: `depth`
+// psync jobs, job k doing blocks k, k + depth, k + 2 * depth, ... (one
+// sequential stream with `depth` requests in flight, as RunParallel's
+// threads do). Returns bytes/s, or 0 with *error set.
+double RunFio(const std::string& file, const char* rw, const Size& size, int depth, uint64_t bytes,
+              std::string* error) {
+  const uint64_t d = static_cast<uint64_t>(depth);
+  const uint64_t skip = (d - 1) * size.bytes;
+  const std::string cmd =
+      ShellQuote(g_fio_bin) + " --name=raw --filename=" + ShellQuote(file) + " --rw=" + rw +
+      (skip > 0 ? ":" + std::to_string(skip) : "") + " --bs=" + std::to_string(size.bytes) +
+      " --direct=1 --ioengine=psync --numjobs=" + std::to_string(depth) +
+      " --offset_increment=" + std::to_string(size.bytes) +
+      " --size=" + std::to_string(bytes - skip) + " --io_size=" + std::to_string(bytes / d) +
+      " --group_reporting --output-format=terse --terse-version=3 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) {
+    *error = "cannot run " + g_fio_bin;
+    return 0;
+  }
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
+  const int rc = ::pclose(pipe);
+  // Terse v3 (';'-separated, 1-based): field 7 is the read bandwidth and 48
+  // the write bandwidth, in KiB/s.
+  std::vector<std::string> fields;
+  const size_t start = out.rfind("\n3;", out.size() > 1 ? out.size() - 2 : 0);
+  std::string line = out.substr(start == std::string::npos ? 0 : start + 1);
+  for (size_t b = 0, e; b <= line.size(); b = e + 1) {
+    e = line.find(';', b);
+    if (e == std::string::npos) e = line.size();
+    fields.push_back(line.substr(b, e - b));
+  }
+  const size_t field = std::string_view(rw) == "read" ? 7 : 48;
+  const double kib = rc == 0 && fields.size() > field && fields[0] == "3"
+                         ? std::strtod(fields[field - 1].c_str(), nullptr)
+                         : 0;
+  if (kib <= 0) *error = "fio failed (rc " + std::to_string(rc) + "): " + cmd + "\n" + out;
+  return kib * 1024;
+}
+
+struct Interleaved {
+  std::string op;
+  const Size* size = nullptr;
+  int depth = 0;
+  std::vector<double> store_bps, fio_bps;  // per round
+
+  // Total bytes over total time, each side.
+  static double Sum(const std::vector<double>& bps) {
+    double seconds = 0;
+    for (double v : bps) seconds += 1 / v;  // per byte; equal bytes per round
+    return static_cast<double>(bps.size()) / seconds;
+  }
+  std::vector<double> Ratios() const {
+    std::vector<double> r;
+    for (size_t i = 0; i < store_bps.size(); ++i) r.push_back(store_bps[i] / fio_bps[i]);
+    std::sort(r.begin(), r.end());
+    return r;
+  }
+};
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Rounds of (fio, store) or (store, fio) for each case; false on an error.
+bool RunInterleaved(std::vector<Interleaved>* results) {
+  g_subject.reset();
+  fs::remove_all(g_dir);
+  fs::create_directories(g_dir);
+  const std::string fio_file = g_dir + "/fio.dat";
+  std::string error;
+  for (const Size& size : kSizes) {
+    const uint64_t stride = size.bytes * kMaxDepth;
+    const uint64_t bytes = g_slice_bytes / stride * stride;
+    // fio's file, written once so rewrites and reads see allocated blocks.
+    if (RunFio(fio_file, "write", size, 1, bytes, &error) == 0) {
+      std::fprintf(stderr, "bench_ssd_store: %s\n", error.c_str());
+      return false;
+    }
+    for (bool holes : {false, true}) {
+      fs::remove_all(g_dir + "/ssd");
+      std::unique_ptr<SsdSubject> s = MakeSsd(size.bytes, holes, bytes, &error);
+      // Untimed: the first batch writes into fresh (sparse) slots.
+      if (s != nullptr) error = s->WriteAll(kMaxDepth);
+      if (!error.empty()) {
+        std::fprintf(stderr, "bench_ssd_store: %s\n", error.c_str());
+        return false;
+      }
+      for (const char* op : holes ? std::vector<const char*>{"write_holes"}
+                                  : std::vector<const char*>{"write", "read"}) {
+        const bool read = std::string_view(op) == "read";
+        for (int depth : kDepths) {
+          Interleaved r{op, &size, depth, {}, {}};
+          for (int round = 0; round < g_rounds; ++round) {
+            double store_bps = 0, fio_bps = 0;
+            for (int half = 0; half < 2; ++half) {
+              if ((half == 0) == (round % 2 == 0)) {
+                fio_bps = RunFio(fio_file, read ? "read" : "write", size, depth, bytes, &error);
+                if (fio_bps == 0) break;
+                continue;
+              }
+              if (!read) error = s->Refill();
+              const auto t0 = std::chrono::steady_clock::now();
+              if (error.empty()) {
+                if (read) {
+                  if (!s->ReadAll(depth)) error = "SsdStore read failed";
+                } else {
+                  error = s->WriteAll(depth);
+                }
+              }
+              store_bps = static_cast<double>(bytes) / SecondsSince(t0);
+              if (!error.empty()) break;
+            }
+            if (!error.empty()) {
+              std::fprintf(stderr, "bench_ssd_store: %s\n", error.c_str());
+              return false;
+            }
+            r.store_bps.push_back(store_bps);
+            r.fio_bps.push_back(fio_bps);
+            std::printf("%-11s %-5s depth %d round %d: SsdStore %6.2f GB/s, fio %6.2f GB/s\n", op,
+                        size.name, depth, round, store_bps / 1e9, fio_bps / 1e9);
+            std::fflush(stdout);
+          }
+          results->push_back(std::move(r));
+        }
+      }
+    }
+  }
+  fs::remove_all(g_dir);
+  return true;
+}
+
+void PrintInterleaved(const std::vector<Interleaved>& results) {
   std::printf(
-      "goal: ssd/raw >= 0.80 for reads and writes (raw 0 = fio not run: see "
-      "bench/ssd_vs_fio.sh)\n");
+      "=== SsdStore vs fio raw direct I/O, interleaved (%d rounds of %llu MiB; fio psync, "
+      "numjobs = depth, strided as the store; GB/s = total bytes / total time)\n",
+      g_rounds, static_cast<unsigned long long>(g_slice_bytes / kMiB));
+  std::printf("%-11s %-5s %5s %9s %9s %8s %8s %15s %9s %9s\n", "op", "bs", "depth", "SsdStore",
+              "fio raw", "ssd/raw", "median", "round min-max", "blobs", "ssd/blob");
+  for (const Interleaved& r : results) {
+    const double store = Interleaved::Sum(r.store_bps) / 1e9;
+    const double fio = Interleaved::Sum(r.fio_bps) / 1e9;
+    const std::vector<double> ratios = r.Ratios();
+    const size_t n = ratios.size();
+    const double median = n % 2 == 1 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+    const char* peer_op = r.op == "read" ? "read" : "write";
+    auto it = g_gbench.find(Name("blob", peer_op, *r.size, r.depth));
+    const double blob = it == g_gbench.end() ? 0 : it->second;
+    std::printf("%-11s %-5s %5d %9.2f %9.2f %7.2fx %7.2fx %7.2f-%5.2fx %9.2f %8.2fx\n",
+                r.op.c_str(), r.size->name, r.depth, store, fio, Ratio(store, fio), median,
+                ratios.front(), ratios.back(), blob, Ratio(store, blob));
+  }
+  std::printf("goal: ssd/raw >= 0.80 for reads and writes (blobs 0 = not run)\n");
 }
 
 }  // namespace
@@ -434,19 +605,35 @@ int main(int argc, char** argv) {
       g_dir = std::string(arg.substr(6)) + "/kvtier_bench_ssd";
     } else if (arg.starts_with("--batch_mib=")) {
       g_batch_bytes = std::strtoull(argv[i] + 12, nullptr, 10) * kvtier::kMiB;
-    } else if (arg.starts_with("--fio=")) {
-      g_fio_file = std::string(arg.substr(6));
+    } else if (arg.starts_with("--fio_bin=")) {
+      g_fio_bin = std::string(arg.substr(10));
+    } else if (arg.starts_with("--rounds=")) {
+      g_rounds = std::atoi(argv[i] + 9);
+    } else if (arg.starts_with("--slice_mib=")) {
+      g_slice_bytes = std::strtoull(argv[i] + 12, nullptr, 10) * kvtier::kMiB;
     } else {
       argv[kept++] = argv[i];
     }
   }
   argc = kept;
-  if (g_batch_bytes < 2 * kvtier::kMiB) {
-    std::fprintf(stderr, "bench_ssd_store: --batch_mib must be at least 2\n");
+  if (g_batch_bytes < 2 * kvtier::kMiB || g_slice_bytes < 16 * kvtier::kMiB || g_rounds < 1) {
+    std::fprintf(stderr,
+                 "bench_ssd_store: --batch_mib must be at least 2, --slice_mib at least 16 and "
+                 "--rounds at least 1\n");
     return 1;
   }
   Register();
-  const int rc = RunAndSummarize(argc, argv, Summarize);
+  int rc = RunAndSummarize(argc, argv, Summarize);
+  if (rc == 0 && !g_fio_bin.empty()) {
+    std::printf("\n=== SsdStore interleaved with fio\n");
+    std::vector<Interleaved> results;
+    if (RunInterleaved(&results)) {
+      std::printf("\n");
+      PrintInterleaved(results);
+    } else {
+      rc = 1;
+    }
+  }
   g_subject.reset();
   std::filesystem::remove_all(g_dir);
   return rc;
