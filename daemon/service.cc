@@ -384,6 +384,7 @@ void Service::StatsReply(const FrameHeader& h, Reply* reply) {
   add("removed_blocks", st.removed_blocks);
   add("checksum_failures", st.checksum_failures);
   add("io_errors", st.io_errors);
+  add("stale_records", st.stale_records);
   add("demotions_dropped", st.demotions_dropped);
   add("moves_in_flight", st.moves_in_flight);
   add("ssd_paused", st.ssd_paused ? 1 : 0);

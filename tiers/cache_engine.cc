@@ -554,7 +554,7 @@ void CacheEngine::LeaveTier(EntryId id, bool free_slot) {
     // bytes no longer match its checksum, so it can only ever be a miss.
     if (!io_->Submit([t, info = InfoOf(id)] { return t->ForgetBlock(info); },
                      [](const Status&) {})) {
-      ++stats_.io_errors;
+      ++stats_.stale_records;
     }
   }
   AdjustParentChildren(id, b.tier, -1);

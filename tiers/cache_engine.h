@@ -123,11 +123,15 @@ struct EngineStats {
   uint64_t acquired_blocks = 0;
   uint64_t committed_blocks = 0;
   uint64_t aborted_blocks = 0;
-  uint64_t dropped_blocks = 0;         // left the last tier (evicted or orphaned)
-  uint64_t orphan_drops = 0;           // of which dropped because an ancestor went
-  uint64_t removed_blocks = 0;         // by Remove()
-  uint64_t checksum_failures = 0;      // blocks read back wrong: dropped, never served
-  uint64_t io_errors = 0;              // failed reads and writes of io_bound tiers
+  uint64_t dropped_blocks = 0;     // left the last tier (evicted or orphaned)
+  uint64_t orphan_drops = 0;       // of which dropped because an ancestor went
+  uint64_t removed_blocks = 0;     // by Remove()
+  uint64_t checksum_failures = 0;  // blocks read back wrong: dropped, never served
+  uint64_t io_errors = 0;          // failed reads and writes of io_bound tiers
+  // Records of blocks that left the ssd, not deleted because the I/O queue
+  // was full. Harmless: at a restart each either still points at its own
+  // bytes (restored) or fails its checksum (a miss, dropped).
+  uint64_t stale_records = 0;
   uint64_t demotions_dropped = 0;      // dropped instead of demoted (no room, queue full, paused)
   uint64_t moves_in_flight = 0;        // asynchronous moves not yet completed
   bool ssd_paused = false;             // admission to the ssd tier stopped after an error

@@ -373,7 +373,7 @@ void CacheEngine::FreeShadow(EntryId id) {
   ssd->Free(b.shadow);
   if (!io_->Submit([ssd, info = InfoOf(id)] { return ssd->ForgetBlock(info); },
                    [](const Status&) {})) {
-    ++stats_.io_errors;
+    ++stats_.stale_records;
   }
   b.has_shadow = false;
   --shadows_;

@@ -1,13 +1,15 @@
 // kvtier replay: drives recorded traffic through the real engine and the
 // real eviction policies with metadata-only tiers (simulate mode), sweeping
 // policies x capacities, with Belady's OPT as the bound; prints a table and
-// writes CSV, JSON and an SVG plot on request.
+// writes CSV, JSON and an SVG plot on request. With --live, replays against
+// a running kvtierd instead (replay_live.cc).
 #include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "client/cli/commands.h"
+#include "client/cli/replay_live.h"
 #include "replay/report.h"
 #include "replay/simulator.h"
 
@@ -22,6 +24,8 @@ struct ReplayOptions {
   uint64_t ssd_blocks = 0;
   std::string json, csv, plot;
   bool quiet = false;
+  bool live = false;
+  LiveOptions live_options;
 };
 
 std::vector<std::string> Split(const std::string& s) {
@@ -45,6 +49,11 @@ int Run(const ReplayOptions& o) {
   if (!trace) {
     std::fprintf(stderr, "kvtier replay: %s\n", std::string(trace.status().message()).c_str());
     return 1;
+  }
+  if (o.live) {
+    LiveOptions live = o.live_options;
+    live.quiet = o.quiet;
+    return RunLive(*trace, live);
   }
   std::fprintf(stderr, "replaying %zu requests, %llu block references (%u tokens/block)\n",
                trace->requests.size(), static_cast<unsigned long long>(trace->block_refs),
@@ -90,6 +99,7 @@ int Run(const ReplayOptions& o) {
 
 void AddReplayCommand(CLI::App* app, int* exit_code) {
   auto o = std::make_shared<ReplayOptions>();
+  o->live_options.conn.model = "kvtier-replay";
   CLI::App* cmd = app->add_subcommand(
       "replay",
       "replay recorded traffic through the engine (simulate mode): hit rates per eviction "
@@ -105,6 +115,15 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
   cmd->add_option("--csv", o->csv, "write the table as CSV");
   cmd->add_option("--plot", o->plot, "write an SVG plot: token hit rate against capacity");
   cmd->add_flag("--quiet", o->quiet, "no progress line");
+  cmd->add_flag("--live", o->live,
+                "replay against a running kvtierd through the client, with real bytes");
+  cmd->add_option("--socket", o->live_options.conn.socket,
+                  "--live: kvtierd's socket [$KVTIER_SOCKET or /run/kvtier/kvtierd.sock]");
+  cmd->add_option("--model", o->live_options.conn.model, "--live: the namespace's model id");
+  cmd->add_option("--block-bytes", o->live_options.block_bytes,
+                  "--live: about this many bytes per block [16384]");
+  cmd->add_flag("--trace-speed", o->live_options.trace_speed,
+                "--live: keep the trace's timing instead of going as fast as possible");
   cmd->callback([o, exit_code] { *exit_code = Run(*o); });
 }
 
