@@ -401,6 +401,23 @@ Result<uint64_t> Client::Remove(std::span<const BlockKey> keys) {
   return reply->count;
 }
 
+Result<uint64_t> Client::SetRetention(std::span<const BlockKey> keys,
+                                      std::span<const protocol::RetentionRange> ranges) {
+  if (keys.empty() || ranges.empty()) return uint64_t{0};
+  KVTIER_RETURN_IF_ERROR(CheckKeys(keys));
+  if (ranges.size() > protocol::kMaxRetentionRanges) {
+    return InvalidArgumentError("more than " + std::to_string(protocol::kMaxRetentionRanges) +
+                                " retention ranges");
+  }
+  const uint64_t id = NextId();
+  tx_.clear();
+  protocol::EncodeSetRetention(id, keys, ranges, &tx_);
+  KVTIER_ASSIGN_OR_RETURN(auto payload, Call(Opcode::kSetRetention, id));
+  auto reply = protocol::DecodeCountReply(payload);
+  if (!reply.ok()) return Malformed(Opcode::kSetRetention, reply.status());
+  return reply->count;
+}
+
 Result<std::vector<std::pair<std::string, std::string>>> Client::Stats() {
   const uint64_t id = NextId();
   tx_.clear();

@@ -206,6 +206,13 @@ class Client {
   Status GetInline(std::span<const BlockKey> keys, protocol::GetReply* reply);
   // Removes the keys (and what hangs below them); the count removed.
   Result<uint64_t> Remove(std::span<const BlockKey> keys);
+  // Retention for token ranges of the prompt whose chain is `keys`
+  // (TensorRT-LLM's semantics: priority 0-100, lower evicted first, 35 the
+  // default; back to 35 after duration_ms, 0 = never). A block takes the
+  // highest priority of the ranges overlapping it. Returns how many cached
+  // blocks were updated.
+  Result<uint64_t> SetRetention(std::span<const BlockKey> keys,
+                                std::span<const protocol::RetentionRange> ranges);
   // The daemon's counters and settings, "name value" pairs.
   Result<std::vector<std::pair<std::string, std::string>>> Stats();
 

@@ -278,6 +278,24 @@ int kvtier_remove(kvtier_client* client, const kvtier_key* keys, size_t n, uint6
   });
 }
 
+int kvtier_set_retention(kvtier_client* client, const kvtier_key* keys, size_t n,
+                         const kvtier_retention_range* ranges, size_t nranges, size_t* updated) {
+  return Guard(client, [&] {
+    if (client == nullptr || (keys == nullptr && n > 0) || (ranges == nullptr && nranges > 0)) {
+      return NullArgument(client, "argument");
+    }
+    std::vector<kvtier::protocol::RetentionRange> rs(nranges);
+    for (size_t i = 0; i < nranges; ++i) {
+      rs[i] = {ranges[i].token_begin, ranges[i].token_end, ranges[i].priority,
+               ranges[i].duration_ms};
+    }
+    auto count = client->impl->SetRetention(ToKeys(keys, n), rs);
+    if (!count.ok()) return Fail(client, count.status());
+    if (updated != nullptr) *updated = static_cast<size_t>(*count);
+    return KVTIER_OK;
+  });
+}
+
 int kvtier_stats_json(kvtier_client* client, char* buf, size_t cap, size_t* len) {
   return Guard(client, [&] {
     if (client == nullptr || len == nullptr || (buf == nullptr && cap > 0)) {

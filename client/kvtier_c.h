@@ -124,6 +124,19 @@ int kvtier_release(kvtier_read* r);
 /* Removes the keys; *removed (may be NULL) = blocks removed. */
 int kvtier_remove(kvtier_client* client, const kvtier_key* keys, size_t n, uint64_t* removed);
 
+/* Retention for token ranges of the prompt whose chain is `keys`: priority
+ * 0-100 (lower is evicted first, 35 the default), back to 35 after
+ * duration_ms (0 = never). A block takes the highest priority of the ranges
+ * overlapping it. *updated (may be NULL) = cached blocks updated. */
+typedef struct kvtier_retention_range {
+  uint64_t token_begin;
+  uint64_t token_end; /* exclusive */
+  uint8_t priority;
+  uint64_t duration_ms;
+} kvtier_retention_range;
+int kvtier_set_retention(kvtier_client* client, const kvtier_key* keys, size_t n,
+                         const kvtier_retention_range* ranges, size_t nranges, size_t* updated);
+
 /* The daemon's STATS as a JSON object, NUL-terminated. *len = its length
  * without the NUL; KVTIER_INVALID_ARGUMENT (and a truncated copy) when
  * cap <= *len. */

@@ -291,6 +291,32 @@ Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Reques
     case Opcode::kStats:
       StatsReply(h, reply);
       return Status::Ok();
+    case Opcode::kSetRetention: {
+      const auto& r = std::get<protocol::RetentionRequest>(request);
+      // Token ranges to blocks: block j holds tokens [j*bt, (j+1)*bt) and
+      // takes the highest priority of the ranges overlapping it.
+      const uint64_t bt = engine_.FindNamespace(s.ns)->layout.block_tokens;
+      const TimeNs now = SystemClock().Now();
+      std::vector<uint8_t> priorities(r.keys.size(), eviction::kDefaultPriority);
+      std::vector<TimeNs> expires(r.keys.size(), eviction::kNoExpiry);
+      std::vector<bool> set(r.keys.size(), false);
+      for (const protocol::RetentionRange& range : r.ranges) {
+        const uint64_t first = range.token_begin / bt;
+        const uint64_t last = std::min<uint64_t>((range.token_end - 1) / bt, r.keys.size() - 1);
+        for (uint64_t j = first; j <= last && j < r.keys.size(); ++j) {
+          if (set[j] && priorities[j] >= range.priority) continue;
+          set[j] = true;
+          priorities[j] = range.priority;
+          expires[j] = range.duration_ms == 0
+                           ? eviction::kNoExpiry
+                           : now + static_cast<TimeNs>(range.duration_ms) * kNsPerMs;
+        }
+      }
+      KVTIER_ASSIGN_OR_RETURN(const size_t updated,
+                              engine_.SetRetention(s.ns, r.keys, priorities, expires));
+      protocol::EncodeCountReply(h.opcode, h.request_id, {updated}, out);
+      return Status::Ok();
+    }
     case Opcode::kPut:
     case Opcode::kGet:
     case Opcode::kAcquire:

@@ -239,6 +239,28 @@ Status DecodeAllocateBody(ByteReader& r, uint32_t max_keys, AllocateRequest* m) 
   return ReadKeys(r, max_keys, &m->keys);
 }
 
+Status DecodeRetentionBody(ByteReader& r, uint32_t max_keys, RetentionRequest* m) {
+  KVTIER_RETURN_IF_ERROR(ReadKeys(r, max_keys, &m->keys));
+  uint32_t count = 0;
+  constexpr size_t kRangeBytes = 8 + 8 + 1 + 8;
+  KVTIER_RETURN_IF_ERROR(ReadCount(r, "ranges", kMaxRetentionRanges, kRangeBytes, &count));
+  m->ranges.resize(count);
+  for (RetentionRange& range : m->ranges) {
+    KVTIER_RETURN_IF_ERROR(r.U64("token_begin", &range.token_begin));
+    KVTIER_RETURN_IF_ERROR(r.U64("token_end", &range.token_end));
+    KVTIER_RETURN_IF_ERROR(r.U8("priority", &range.priority));
+    KVTIER_RETURN_IF_ERROR(r.U64("duration_ms", &range.duration_ms));
+    if (range.token_end <= range.token_begin) {
+      return InvalidArgumentError("empty token range [" + Num(range.token_begin) + ", " +
+                                  Num(range.token_end) + ")");
+    }
+    if (range.priority > 100) {
+      return InvalidArgumentError("priority " + Num(range.priority) + " is above 100");
+    }
+  }
+  return Status::Ok();
+}
+
 Status DecodeAcquireBody(ByteReader& r, uint32_t max_keys, AcquireRequest* m) {
   KVTIER_RETURN_IF_ERROR(ReadEnum(r, "tier", kMaxTier, &m->tier));
   return ReadKeys(r, max_keys, &m->keys);
@@ -299,12 +321,15 @@ std::string_view OpcodeName(Opcode op) {
       return "REMOVE";
     case Opcode::kStats:
       return "STATS";
+    case Opcode::kSetRetention:
+      return "SET_RETENTION";
   }
   return "UNKNOWN";
 }
 
 bool IsKnownOpcode(uint16_t op) {
-  return op >= static_cast<uint16_t>(Opcode::kHello) && op <= static_cast<uint16_t>(Opcode::kStats);
+  return op >= static_cast<uint16_t>(Opcode::kHello) &&
+         op <= static_cast<uint16_t>(Opcode::kSetRetention);
 }
 
 void EncodeHeader(const FrameHeader& h, std::span<std::byte> out) {
@@ -423,6 +448,21 @@ void EncodeStats(uint64_t request_id, std::vector<std::byte>* out) {
   EndFrame(BeginRequest(Opcode::kStats, request_id, out), out);
 }
 
+void EncodeSetRetention(uint64_t request_id, std::span<const BlockKey> keys,
+                        std::span<const RetentionRange> ranges, std::vector<std::byte>* out) {
+  const size_t start = BeginRequest(Opcode::kSetRetention, request_id, out);
+  ByteWriter w(out);
+  WriteKeys(w, keys);
+  w.U32(static_cast<uint32_t>(ranges.size()));
+  for (const RetentionRange& range : ranges) {
+    w.U64(range.token_begin);
+    w.U64(range.token_end);
+    w.U8(range.priority);
+    w.U64(range.duration_ms);
+  }
+  EndFrame(start, out);
+}
+
 Result<Request> DecodeRequest(const FrameHeader& h, std::span<const std::byte> payload,
                               uint32_t max_keys) {
   const std::string context = std::string(OpcodeName(h.opcode)) + " request";
@@ -463,6 +503,9 @@ Result<Request> DecodeRequest(const FrameHeader& h, std::span<const std::byte> p
       break;
     case Opcode::kStats:
       req.emplace<StatsRequest>();
+      break;
+    case Opcode::kSetRetention:
+      s = DecodeRetentionBody(r, key_cap, &req.emplace<RetentionRequest>());
       break;
     default:
       s = InvalidArgumentError("unknown opcode " + Num(static_cast<uint16_t>(h.opcode)));

@@ -49,6 +49,7 @@ enum class Opcode : uint16_t {
   kGet = 9,
   kRemove = 10,
   kStats = 11,
+  kSetRetention = 12,
 };
 std::string_view OpcodeName(Opcode op);  // "HELLO", "LOOKUP", ...
 bool IsKnownOpcode(uint16_t op);
@@ -122,8 +123,25 @@ struct PutRequest {
 
 struct StatsRequest {};
 
+// SET_RETENTION: retention priorities for token ranges of a prompt whose
+// full blocks are `keys` (its chain from the first block), with TensorRT-
+// LLM's semantics: priority 0-100 (lower goes first; 35 is the default),
+// falling back to 35 after `duration_ms` (0: no fallback). A block takes the
+// highest priority of the ranges that overlap it.
+inline constexpr uint32_t kMaxRetentionRanges = 1024;
+struct RetentionRange {
+  uint64_t token_begin = 0;
+  uint64_t token_end = 0;  // exclusive; > token_begin
+  uint8_t priority = 35;
+  uint64_t duration_ms = 0;
+};
+struct RetentionRequest {
+  std::vector<BlockKey> keys;
+  std::vector<RetentionRange> ranges;
+};
+
 using Request = std::variant<HelloRequest, KeysRequest, AllocateRequest, HandleRequest,
-                             AcquireRequest, PutRequest, StatsRequest>;
+                             AcquireRequest, PutRequest, StatsRequest, RetentionRequest>;
 
 // Appends header + payload of a request to `out`.
 void EncodeHello(uint64_t request_id, const HelloRequest& r, std::vector<std::byte>* out);
@@ -137,6 +155,8 @@ void EncodeAcquire(uint64_t request_id, const AcquireRequest& r, std::vector<std
 void EncodePut(uint64_t request_id, std::optional<BlockKey> parent, std::span<const BlockKey> keys,
                std::span<const std::byte> data, std::vector<std::byte>* out);
 void EncodeStats(uint64_t request_id, std::vector<std::byte>* out);
+void EncodeSetRetention(uint64_t request_id, std::span<const BlockKey> keys,
+                        std::span<const RetentionRange> ranges, std::vector<std::byte>* out);
 
 // Decodes the payload of a request whose header was accepted. Checks every
 // length against the payload and the caps (keys <= max_keys, strings <=
@@ -192,7 +212,7 @@ struct GetReply {
 };
 
 struct CountReply {
-  uint64_t count = 0;  // REMOVE: blocks removed; COMMIT/ABORT/RELEASE: 0
+  uint64_t count = 0;  // REMOVE: blocks removed; SET_RETENTION: blocks updated; else 0
 };
 
 // STATS: "name value" pairs, one per metric; values are numbers or text.

@@ -362,6 +362,29 @@ void CacheEngine::ReleaseLease(uint64_t id) {
   for (auto p = run.rbegin(); p != run.rend(); ++p) Unpin(*p);
 }
 
+Result<size_t> CacheEngine::SetRetention(NamespaceId ns, std::span<const BlockKey> keys,
+                                         std::span<const uint8_t> priorities,
+                                         std::span<const TimeNs> expires_at) {
+  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  if (priorities.size() != keys.size() || expires_at.size() != keys.size()) {
+    return InvalidArgumentError("one priority and one expiry per key");
+  }
+  size_t updated = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (priorities[i] > eviction::kMaxPriority) {
+      return InvalidArgumentError("priority " + std::to_string(priorities[i]) + " is above 100");
+    }
+    const EntryId id = index_.Find(ns, keys[i]);
+    if (id == kNoEntry || blocks_[id].state == State::kDoomed) continue;
+    Block& b = blocks_[id];
+    b.priority = priorities[i];
+    b.priority_until = expires_at[i];
+    PolicyOf(b.tier).Update(id, MetaOf(id));
+    ++updated;
+  }
+  return updated;
+}
+
 Result<size_t> CacheEngine::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
   size_t removed = 0;
@@ -392,6 +415,7 @@ eviction::BlockMeta CacheEngine::MetaOf(EntryId id) const {
   eviction::BlockMeta meta;
   meta.size_bytes = BlockBytes(id);
   meta.priority = b.priority;
+  meta.priority_expires_at = b.priority_until;
   meta.pinned = b.pins > 0;
   meta.children_in_tier = b.children_in_tier;
   const BlockKey& key = index_.key(id);

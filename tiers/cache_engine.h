@@ -260,6 +260,15 @@ class CacheEngine {
   void AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, TierKind tier,
                     std::function<void(Result<Lease>)> done);
 
+  // Retention (TensorRT-LLM's semantics, DESIGN.md §4): gives each present
+  // block of `keys` its priority (0-100, lower goes first), falling back to
+  // the default at its expiry (eviction::kNoExpiry: never). REQUIRES:
+  // priorities.size() == expires_at.size() == keys.size(). Returns how many
+  // blocks were found and updated.
+  Result<size_t> SetRetention(NamespaceId ns, std::span<const BlockKey> keys,
+                              std::span<const uint8_t> priorities,
+                              std::span<const TimeNs> expires_at);
+
   // Removes committed blocks (and, like any drop, their unpinned
   // descendants). A leased block disappears from lookups at once and is
   // freed at its last release. Returns how many of `keys` were removed.
@@ -290,6 +299,7 @@ class CacheEngine {
     State state = State::kPending;
     uint8_t priority = eviction::kDefaultPriority;
     SlotId slot = 0;
+    TimeNs priority_until = eviction::kNoExpiry;
     uint32_t pins = 0;
     uint32_t children_in_tier = 0;  // children living in this block's tier
     bool promoting = false;         // a read out of an io_bound tier is in flight

@@ -27,6 +27,8 @@ struct DataOptions {
   bool verify = false;
   std::string file;
   std::string tier = "host";  // zero-copy put/get: the arena to use
+  int priority = -1;          // put: retention priority 0-100 of every block; -1 none
+  uint64_t priority_duration_ms = 0;
 };
 
 client::WireTier ArenaTier(const DataOptions& o) {
@@ -197,6 +199,18 @@ int RunPut(const DataOptions& o) {
   std::printf("put: %zu blocks of %s (%s): %zu written, %zu already present, %zu skipped\n",
               s->keys.size(), FormatBytes(s->client->block_bytes()).c_str(), Mode(o).c_str(),
               t.written, t.exists, t.skipped);
+  if (o.priority >= 0 && !s->keys.empty()) {
+    const uint64_t tokens = s->keys.size() * o.conn.block_tokens;
+    const protocol::RetentionRange range{0, tokens, static_cast<uint8_t>(o.priority),
+                                         o.priority_duration_ms};
+    auto updated = s->client->SetRetention(s->keys, std::span(&range, 1));
+    if (!updated.ok()) return Fail(updated.status());
+    std::printf("retention: priority %d on %llu blocks%s\n", o.priority,
+                static_cast<unsigned long long>(*updated),
+                o.priority_duration_ms == 0
+                    ? ""
+                    : (", for " + std::to_string(o.priority_duration_ms) + " ms").c_str());
+  }
   return 0;
 }
 
@@ -289,6 +303,11 @@ void AddPutCommand(CLI::App* app, int* exit_code) {
                   "which get --verify checks]");
   sub->add_flag("--inline", o->inline_bytes, "send the bytes through the socket, not the arena");
   AddTierFlag(sub, o.get());
+  sub->add_option("--priority", o->priority,
+                  "retention priority 0-100 of the blocks (lower goes first; default 35)")
+      ->check(CLI::Range(0, 100));
+  sub->add_option("--priority-duration-ms", o->priority_duration_ms,
+                  "after this long the priority falls back to 35 [0 = never]");
   sub->callback([o, exit_code] { *exit_code = RunPut(*o); });
 }
 

@@ -345,6 +345,11 @@ Status Answer(FakeDaemon::State& s, const protocol::FrameHeader& h, const protoc
       protocol::EncodeCountReply(h.opcode, id, {n}, out);
       return Status::Ok();
     }
+    case Opcode::kSetRetention: {
+      const auto& r = std::get<protocol::RetentionRequest>(req);
+      protocol::EncodeCountReply(h.opcode, h.request_id, {r.keys.size()}, out);
+      return Status::Ok();
+    }
     case Opcode::kStats: {
       protocol::StatsReply rep;
       rep.entries = {{"sessions", "1"},

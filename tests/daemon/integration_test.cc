@@ -313,3 +313,57 @@ TEST_F(IntegrationTest, SixtyFourConcurrentClientsNeverReadAWrongByte) {
 
 }  // namespace
 }  // namespace kvtier::testing
+
+namespace kvtier::testing {
+namespace {
+
+// Retention through the whole stack: a worker's SET_RETENTION reaches the
+// `priority` policy, which evicts the lowest priority first and lets a
+// priority with a duration fall back to the default.
+TEST(RetentionTest, LowPriorityGoesFirstAndDurationsExpire) {
+  // 1 MiB of host: 64 blocks of 16 KiB.
+  auto d = Daemon::Start(
+      {"--host-capacity", "1MiB", "--host-slab", "256KiB", "--host-policy", "priority"});
+  ASSERT_NE(d, nullptr);
+  client::ClientOptions o;
+  o.socket_path = d->socket();
+  o.model = "llama-test";
+  o.layout = Layout{2, 2, 64, DType::kFloat16, 16};
+  auto c = client::Client::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto put = [&](uint32_t seed, size_t blocks) {
+    const auto keys = (*c)->Keys(Prompt(seed, blocks * 16));
+    auto w = (*c)->Allocate(keys);
+    EXPECT_TRUE(w.ok());
+    for (size_t i = 0; i < w->size(); ++i) {
+      if (w->state(i) == WireWriteState::kAllocated) FillPattern(w->Bytes(i), keys[i]);
+    }
+    EXPECT_TRUE(w->Commit().ok());
+    return keys;
+  };
+  auto retain = [&](const std::vector<BlockKey>& keys, uint8_t priority, uint64_t ms) {
+    const protocol::RetentionRange range{0, keys.size() * 16, priority, ms};
+    auto n = (*c)->SetRetention(keys, std::span(&range, 1));
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_EQ(*n, keys.size());
+  };
+  const auto high = put(1, 8);
+  retain(high, 100, 0);
+  const auto low = put(2, 8);
+  retain(low, 0, 0);
+  const auto brief = put(3, 8);
+  retain(brief, 90, 1);  // back to 35 after a millisecond
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // 48 more default blocks overflow the 64-block tier by 16.
+  for (uint32_t seed = 10; seed < 16; ++seed) put(seed, 8);
+  EXPECT_EQ((*c)->Lookup(high)->tiers.size(), 8u);  // kept
+  EXPECT_EQ((*c)->Lookup(low)->tiers.size(), 0u);   // lowest priority: gone first
+  // Turn the tier over with default blocks: what is above 35 stays; the
+  // expired blocks, back at 35, go like any other.
+  for (uint32_t seed = 20; seed < 28; ++seed) put(seed, 8);
+  EXPECT_EQ((*c)->Lookup(high)->tiers.size(), 8u);
+  EXPECT_EQ((*c)->Lookup(brief)->tiers.size(), 0u);
+}
+
+}  // namespace
+}  // namespace kvtier::testing

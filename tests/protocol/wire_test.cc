@@ -72,7 +72,7 @@ TEST(WireHeader, RejectsVersionZeroAndAboveMax) {
 }
 
 TEST(WireHeader, RejectsUnknownOpcode) {
-  for (int op : {0, 12, 0xffff}) {
+  for (int op : {0, 13, 0xffff}) {
     Bytes b = ValidHeader();
     b[6] = static_cast<std::byte>(op & 0xff);
     b[7] = static_cast<std::byte>(op >> 8);
@@ -82,7 +82,8 @@ TEST(WireHeader, RejectsUnknownOpcode) {
   }
   EXPECT_FALSE(IsKnownOpcode(0));
   EXPECT_TRUE(IsKnownOpcode(11));
-  EXPECT_FALSE(IsKnownOpcode(12));
+  EXPECT_TRUE(IsKnownOpcode(12));  // SET_RETENTION
+  EXPECT_FALSE(IsKnownOpcode(13));
   EXPECT_EQ(OpcodeName(Opcode::kAllocate), "ALLOCATE");
 }
 
@@ -204,6 +205,27 @@ TEST(WireRequest, PutRoundTripViewsPayload) {
   EXPECT_TRUE(std::equal(got.data.begin(), got.data.end(), data.begin()));
   // A view into the payload, not a copy.
   EXPECT_EQ(got.data.data() + got.data.size(), f.payload.data() + f.payload.size());
+}
+
+TEST(WireRequest, SetRetentionRoundTripAndChecks) {
+  const RetentionRange ranges[] = {{0, 64, 80, 0}, {64, 100, 10, 30'000}};
+  Bytes frame;
+  EncodeSetRetention(5, Keys(3), ranges, &frame);
+  const auto r = DecodeAs<RetentionRequest>(frame);
+  EXPECT_EQ(r.keys, Keys(3));
+  ASSERT_EQ(r.ranges.size(), 2u);
+  EXPECT_EQ(r.ranges[1].token_begin, 64u);
+  EXPECT_EQ(r.ranges[1].token_end, 100u);
+  EXPECT_EQ(r.ranges[1].priority, 10);
+  EXPECT_EQ(r.ranges[1].duration_ms, 30'000u);
+  const RetentionRange too_high[] = {{0, 1, 101, 0}};
+  frame.clear();
+  EncodeSetRetention(6, Keys(1), too_high, &frame);
+  EXPECT_EQ(DecodeStatus(frame).code(), StatusCode::kInvalidArgument);
+  const RetentionRange empty[] = {{5, 5, 50, 0}};
+  frame.clear();
+  EncodeSetRetention(7, Keys(1), empty, &frame);
+  EXPECT_EQ(DecodeStatus(frame).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(WireRequest, StatsRoundTrip) {

@@ -80,7 +80,7 @@ inline HelloRequest TestHello() {
 
 // One valid frame of every request kind, for the truncation and fuzz tests.
 inline std::vector<Bytes> AllRequests() {
-  std::vector<Bytes> frames(13);
+  std::vector<Bytes> frames(14);
   EncodeHello(1, TestHello(), &frames[0]);
   EncodeKeys(Opcode::kLookup, 2, Keys(3), &frames[1]);
   EncodeKeys(Opcode::kGet, 3, Keys(2), &frames[2]);
@@ -95,6 +95,8 @@ inline std::vector<Bytes> AllRequests() {
   EncodePut(11, Key(98), Keys(3), data, &frames[10]);
   EncodePut(12, std::nullopt, {}, {}, &frames[11]);
   EncodeStats(13, &frames[12]);
+  const RetentionRange ranges[] = {{0, 64, 80, 0}, {64, 100, 10, 30'000}};
+  EncodeSetRetention(14, Keys(3), ranges, &frames[13]);
   return frames;
 }
 
