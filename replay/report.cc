@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/units.h"
+
 namespace kvtier::replay {
 namespace {
 
@@ -30,18 +32,20 @@ std::string Fmt(const char* format, double v) {
 std::string FormatTable(const std::vector<SimResult>& results) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "%-14s %12s %10s %10s %10s %10s %12s %12s\n", "policy",
-                "capacity", "block hit", "token hit", "gap OPT", "hits ssd", "demotions", "refs/s");
+  std::snprintf(line, sizeof line, "%-14s %12s %10s %10s %10s %10s %12s %12s %12s\n", "policy",
+                "capacity", "block hit", "token hit", "gap OPT", "hits ssd", "demotions", "moved",
+                "refs/s");
   out += line;
   for (const SimResult& r : results) {
     const SimResult* opt = OptAt(results, r.capacity_blocks);
     const std::string gap =
         opt ? Fmt("%+.4f", r.block_hit_rate() - opt->block_hit_rate()) : std::string("-");
-    std::snprintf(line, sizeof line, "%-14s %12llu %10.4f %10.4f %10s %10llu %12llu %12.3g\n",
+    std::snprintf(line, sizeof line, "%-14s %12llu %10.4f %10.4f %10s %10llu %12llu %12s %12.3g\n",
                   r.policy.c_str(), static_cast<unsigned long long>(r.capacity_blocks),
                   r.block_hit_rate(), r.token_hit_rate(), gap.c_str(),
                   static_cast<unsigned long long>(r.hits_per_tier[2]),
-                  static_cast<unsigned long long>(r.demotions), r.refs_per_second());
+                  static_cast<unsigned long long>(r.demotions), FormatBytes(r.bytes_moved).c_str(),
+                  r.refs_per_second());
     out += line;
   }
   return out;
@@ -51,7 +55,7 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
   std::string out =
       "policy,capacity_blocks,device_blocks,host_blocks,ssd_blocks,requests,block_refs,"
       "block_hits,block_hit_rate,token_hit_rate,gap_to_opt,hits_device,hits_host,hits_ssd,"
-      "demotions,promotions,blocks_moved,refs_per_second\n";
+      "demotions,promotions,blocks_moved,bytes_moved,refs_per_second\n";
   for (const SimResult& r : results) {
     const SimResult* opt = OptAt(results, r.capacity_blocks);
     char line[512];
@@ -96,6 +100,7 @@ std::string FormatJson(const std::vector<SimResult>& results) {
                         {"demotions", r.demotions},
                         {"promotions", r.promotions},
                         {"blocks_moved", r.blocks_moved},
+                        {"bytes_moved", r.bytes_moved},
                         {"refs_per_second", r.refs_per_second()}};
     if (const SimResult* opt = OptAt(results, r.capacity_blocks)) {
       j["gap_to_opt"] = r.block_hit_rate() - opt->block_hit_rate();

@@ -111,9 +111,11 @@ Result<SimResult> SimulateOpt(const Trace& trace, const SimConfig& c, const Prog
       }
     }
   }
+  // One pool as large as all the tiers together: the bound for any split.
+  const uint64_t pool = c.device_blocks + c.host_blocks + c.ssd_blocks;
   std::unordered_map<BlockKey, uint64_t, prefix_index::BlockKeyHash> cached;  // key -> next use
   std::set<std::pair<uint64_t, BlockKey>> by_next;                            // furthest last
-  cached.reserve(c.host_blocks * 2);
+  cached.reserve(pool * 2);
   SimResult out;
   const double start = Now();
   const uint64_t every = std::max<uint64_t>(1, trace.requests.size() / 100);
@@ -133,8 +135,8 @@ Result<SimResult> SimulateOpt(const Trace& trace, const SimConfig& c, const Prog
         continue;
       }
       leading = false;
-      if (c.host_blocks == 0) continue;
-      if (cached.size() == c.host_blocks) {
+      if (pool == 0) continue;
+      if (cached.size() == pool) {
         // Keep the new block only if it is needed sooner than the furthest.
         auto furthest = std::prev(by_next.end());
         if (furthest->first <= next) continue;
@@ -167,8 +169,9 @@ Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
   r->policy = config.policy;
   r->device_blocks = config.device_blocks;
   r->host_blocks = config.host_blocks;
-  r->ssd_blocks = config.policy == "opt" ? 0 : config.ssd_blocks;
+  r->ssd_blocks = config.ssd_blocks;
   r->capacity_blocks = r->device_blocks + r->host_blocks + r->ssd_blocks;
+  r->bytes_moved = r->blocks_moved * config.block_bytes;
   return r;
 }
 

@@ -15,12 +15,15 @@ namespace kvtier::replay {
 
 struct SimConfig {
   // An eviction policy name (eviction::PolicyNames()), used for every tier,
-  // or "opt" (Belady, offline; one tier of host_blocks).
+  // or "opt" (Belady, offline; one pool the size of all tiers together).
   std::string policy = "lru";
   // Capacities in blocks; 0 = no such tier. The host tier is required.
   uint64_t device_blocks = 0;
   uint64_t host_blocks = 0;
   uint64_t ssd_blocks = 0;
+  // Bytes per block, for the bytes-moved figures only (the simulation holds
+  // no bytes). Default 2 MiB: a 16-token block of an 8B GQA model.
+  uint64_t block_bytes = 2 << 20;
 };
 
 struct SimResult {
@@ -36,6 +39,7 @@ struct SimResult {
   uint64_t demotions = 0;
   uint64_t promotions = 0;
   uint64_t blocks_moved = 0;
+  uint64_t bytes_moved = 0;  // blocks_moved x SimConfig::block_bytes
   double seconds = 0;
 
   double block_hit_rate() const {

@@ -22,9 +22,11 @@ struct ReplayOptions {
   std::string capacity_blocks = "2000,20000";
   uint64_t device_blocks = 0;
   uint64_t ssd_blocks = 0;
+  uint64_t block_bytes = 2 << 20;
   std::string json, csv, plot;
   bool quiet = false;
   bool live = false;
+  bool block_bytes_given = false;
   LiveOptions live_options;
 };
 
@@ -53,6 +55,7 @@ int Run(const ReplayOptions& o) {
   if (o.live) {
     LiveOptions live = o.live_options;
     live.quiet = o.quiet;
+    live.block_bytes = o.block_bytes_given ? o.block_bytes : live.block_bytes;
     return RunLive(*trace, live);
   }
   std::fprintf(stderr, "replaying %zu requests, %llu block references (%u tokens/block)\n",
@@ -66,6 +69,7 @@ int Run(const ReplayOptions& o) {
       c.host_blocks = std::stoull(cap);
       c.device_blocks = o.device_blocks;
       c.ssd_blocks = o.ssd_blocks;
+      c.block_bytes = o.block_bytes;
       auto r = replay::Simulate(*trace, c, [&](uint64_t done, uint64_t total) {
         if (!o.quiet && total > 10'000) {
           std::fprintf(stderr, "\r%-10s %10s blocks: %3.0f%%", policy.c_str(), cap.c_str(),
@@ -111,6 +115,9 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
                   "comma-separated host-tier capacities in blocks [2000,20000]");
   cmd->add_option("--device-blocks", o->device_blocks, "device tier above the host [0 = none]");
   cmd->add_option("--ssd-blocks", o->ssd_blocks, "ssd tier below the host [0 = none]");
+  cmd->add_option("--block-bytes", o->block_bytes,
+                  "bytes per block, for the bytes-moved figures (with --live: the bytes "
+                  "written) [2 MiB; --live: 16 KiB]");
   cmd->add_option("--json", o->json, "write one record per policy and capacity");
   cmd->add_option("--csv", o->csv, "write the table as CSV");
   cmd->add_option("--plot", o->plot, "write an SVG plot: token hit rate against capacity");
@@ -120,11 +127,12 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
   cmd->add_option("--socket", o->live_options.conn.socket,
                   "--live: kvtierd's socket [$KVTIER_SOCKET or /run/kvtier/kvtierd.sock]");
   cmd->add_option("--model", o->live_options.conn.model, "--live: the namespace's model id");
-  cmd->add_option("--block-bytes", o->live_options.block_bytes,
-                  "--live: about this many bytes per block [16384]");
   cmd->add_flag("--trace-speed", o->live_options.trace_speed,
                 "--live: keep the trace's timing instead of going as fast as possible");
-  cmd->callback([o, exit_code] { *exit_code = Run(*o); });
+  cmd->callback([o, cmd, exit_code] {
+    o->block_bytes_given = cmd->count("--block-bytes") > 0;
+    *exit_code = Run(*o);
+  });
 }
 
 }  // namespace kvtier::cli

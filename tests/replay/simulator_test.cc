@@ -46,7 +46,8 @@ TEST(SimulatorTest, LruReproducesMooncakesPublishedHitRates) {
 
 TEST(SimulatorTest, OptBoundsEveryPolicyAtEveryCapacity) {
   std::vector<std::vector<std::string>> traces = {{kTraces + "/mooncake_synthetic_trace.jsonl"}};
-  for (const char* f : {"trace_0180", "trace_0593", "trace_0652"}) {
+  for (const char* f : {"trace_0180", "trace_0239", "trace_0298", "trace_0357", "trace_0534",
+                        "trace_0593", "trace_0652", "trace_0711"}) {
     traces.push_back({kTraces + "/kv-cache-tester/" + f + ".json"});
   }
   for (const auto& files : traces) {
@@ -86,6 +87,7 @@ TEST(SimulatorTest, MoreCapacityNeverHurtsLruAndTiersAddUp) {
   EXPECT_GT(with_ssd->promotions, 0u);
   EXPECT_EQ(with_ssd->hits_per_tier[1] + with_ssd->hits_per_tier[2], with_ssd->block_hits);
   EXPECT_EQ(with_ssd->capacity_blocks, 20000u);
+  EXPECT_EQ(with_ssd->bytes_moved, with_ssd->blocks_moved * (2u << 20));
 }
 
 }  // namespace
