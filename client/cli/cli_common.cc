@@ -142,19 +142,6 @@ std::string_view TierName(client::WireTier tier) {
   return "?";
 }
 
-std::string FormatBytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  size_t u = 0;
-  while (v >= 1024 && u + 1 < std::size(units)) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
-
 int Fail(const Status& status) {
   std::fprintf(stderr, "kvtier: %s\n", std::string(status.message()).c_str());
   return 1;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "common/units.h"  // FormatBytes
 
 namespace kvtier::cli {
 
@@ -53,7 +54,6 @@ std::vector<std::pair<size_t, size_t>> Chunks(size_t n, size_t chunk);
 size_t InlineChunk(const client::Client& c);
 
 std::string_view TierName(client::WireTier tier);
-std::string FormatBytes(uint64_t bytes);  // "32.0 KiB"
 
 // Prints "kvtier: <message>" to stderr and returns the exit code 1.
 int Fail(const Status& status);
