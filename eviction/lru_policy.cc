@@ -1,16 +1,18 @@
-// LRU over an intrusive doubly-linked list threaded through a vector indexed
-// by BlockId: 12 bytes per block, no allocation per operation once the
-// vector has grown to the largest id. Pinned blocks leave the list and come
-// back at the most recent end when unpinned (a pin is a use).
+// LRU over an intrusive list threaded through a vector indexed by BlockId
+// (internal/id_list.h): no allocation per operation once the vector has
+// grown to the largest id. Pinned blocks leave the list and come back at the
+// most recent end when unpinned (a pin is a use).
 #include <cassert>
 #include <vector>
 
 #include "eviction/eviction_policy.h"
+#include "eviction/internal/id_list.h"
 
 namespace kvtier::eviction {
 namespace {
 
-constexpr BlockId kNil = 0xffff'ffffu;
+using internal::IdList;
+using internal::kNil;
 
 class LruPolicy final : public EvictionPolicy {
  public:
@@ -23,22 +25,21 @@ class LruPolicy final : public EvictionPolicy {
     n.tracked = true;
     n.linked = false;
     ++size_;
-    if (!meta.pinned) PushBack(id);
+    if (!meta.pinned) Link(id);
   }
 
   void Touch(BlockId id, const BlockMeta& meta) override {
     assert(Tracked(id));
     if (nodes_[id].linked) Unlink(id);
-    if (!meta.pinned) PushBack(id);
+    if (!meta.pinned) Link(id);
   }
 
   void Update(BlockId id, const BlockMeta& meta) override {
     assert(Tracked(id));
-    Node& n = nodes_[id];
-    if (meta.pinned && n.linked) {
+    if (meta.pinned && nodes_[id].linked) {
       Unlink(id);
-    } else if (!meta.pinned && !n.linked) {
-      PushBack(id);
+    } else if (!meta.pinned && !nodes_[id].linked) {
+      Link(id);
     }
   }
 
@@ -50,8 +51,8 @@ class LruPolicy final : public EvictionPolicy {
   }
 
   std::optional<BlockId> Victim() override {
-    if (head_ == kNil) return std::nullopt;
-    return head_;
+    if (order_.empty()) return std::nullopt;
+    return order_.front();
   }
 
   size_t size() const override { return size_; }
@@ -65,38 +66,17 @@ class LruPolicy final : public EvictionPolicy {
   };
 
   bool Tracked(BlockId id) const { return id < nodes_.size() && nodes_[id].tracked; }
-
-  void PushBack(BlockId id) {
-    Node& n = nodes_[id];
-    n.prev = tail_;
-    n.next = kNil;
-    n.linked = true;
-    if (tail_ != kNil) {
-      nodes_[tail_].next = id;
-    } else {
-      head_ = id;
-    }
-    tail_ = id;
+  void Link(BlockId id) {
+    order_.PushBack(nodes_, id);
+    nodes_[id].linked = true;
   }
-
   void Unlink(BlockId id) {
-    Node& n = nodes_[id];
-    if (n.prev != kNil) {
-      nodes_[n.prev].next = n.next;
-    } else {
-      head_ = n.next;
-    }
-    if (n.next != kNil) {
-      nodes_[n.next].prev = n.prev;
-    } else {
-      tail_ = n.prev;
-    }
-    n.linked = false;
+    order_.Remove(nodes_, id);
+    nodes_[id].linked = false;
   }
 
   std::vector<Node> nodes_;
-  BlockId head_ = kNil;  // least recent
-  BlockId tail_ = kNil;  // most recent
+  IdList order_;  // front: least recent
   size_t size_ = 0;
 };
 
