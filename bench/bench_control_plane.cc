@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_flags.h"
 #include "protocol/wire.h"
 
 namespace kvtier::bench {
@@ -211,29 +212,16 @@ int Run(const Args& a) {
 
 int main(int argc, char** argv) {
   kvtier::bench::Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) kvtier::bench::Die(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--socket") {
-      a.socket = next();
-    } else if (arg == "--clients") {
-      a.clients = std::stoi(next());
-    } else if (arg == "--keys") {
-      a.keys = std::stoul(next());
-    } else if (arg == "--seconds") {
-      a.seconds = std::stod(next());
-    } else if (arg == "--json") {
-      a.json = true;
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench_control_plane --socket PATH [--clients N] [--keys K] "
-                   "[--seconds T] [--json]\n");
-      return arg == "--help" ? 0 : 2;
-    }
-  }
+  kvtier::bench::Flags flags;
+  flags.options["--socket"] = [&](const std::string& v) { a.socket = v; };
+  flags.options["--clients"] = [&](const std::string& v) { a.clients = std::stoi(v); };
+  flags.options["--keys"] = [&](const std::string& v) { a.keys = std::stoul(v); };
+  flags.options["--seconds"] = [&](const std::string& v) { a.seconds = std::stod(v); };
+  flags.switches["--json"] = [&] { a.json = true; };
+  const int done = kvtier::bench::ParseFlags(
+      argc, argv, flags,
+      "bench_control_plane --socket PATH [--clients N] [--keys K] [--seconds T] [--json]");
+  if (done >= 0) return done;
   if (a.socket.empty() || a.clients < 1 || a.keys < 1) kvtier::bench::Die("bad arguments");
   return kvtier::bench::Run(a);
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_flags.h"
 #include "client/client.h"
 
 using kvtier::prefix_index::BlockKey;
@@ -153,33 +154,19 @@ int Run(const Args& a) {
 
 int main(int argc, char** argv) {
   kvtier::bench::Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) kvtier::bench::Die(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--socket") {
-      a.socket = next();
-    } else if (arg == "--blocks") {
-      a.blocks = std::stoul(next());
-    } else if (arg == "--batch") {
-      a.batch = std::stoul(next());
-    } else if (arg == "--seconds") {
-      a.seconds = std::stod(next());
-    } else if (arg == "--json") {
-      a.json = true;
-    } else if (arg == "--only-zero-copy") {
-      a.inline_get = false;
-    } else if (arg == "--only-inline") {
-      a.zero_copy = false;
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench_data_plane --socket PATH [--blocks N] [--batch B] "
-                   "[--seconds T] [--only-zero-copy | --only-inline] [--json]\n");
-      return arg == "--help" ? 0 : 2;
-    }
-  }
+  kvtier::bench::Flags flags;
+  flags.options["--socket"] = [&](const std::string& v) { a.socket = v; };
+  flags.options["--blocks"] = [&](const std::string& v) { a.blocks = std::stoul(v); };
+  flags.options["--batch"] = [&](const std::string& v) { a.batch = std::stoul(v); };
+  flags.options["--seconds"] = [&](const std::string& v) { a.seconds = std::stod(v); };
+  flags.switches["--json"] = [&] { a.json = true; };
+  flags.switches["--only-zero-copy"] = [&] { a.inline_get = false; };
+  flags.switches["--only-inline"] = [&] { a.zero_copy = false; };
+  const int done = kvtier::bench::ParseFlags(
+      argc, argv, flags,
+      "bench_data_plane --socket PATH [--blocks N] [--batch B] [--seconds T] "
+      "[--only-zero-copy | --only-inline] [--json]");
+  if (done >= 0) return done;
   if (a.socket.empty() || a.batch < 1 || a.blocks < a.batch) kvtier::bench::Die("bad arguments");
   return kvtier::bench::Run(a);
 }
