@@ -4,8 +4,9 @@
 //   bench_restart [--blocks N] [--dir DIR]
 //
 // The records are written straight into the index (with slots allocated
-// but no payload written), so building 1M blocks does not need 4 GiB of
-// writes; a restart reads records and reserves slots, never payloads.
+// but no payload written, over a sparse slot file), so building 1M blocks
+// does not need 4 GiB of writes; a restart reads records and reserves
+// slots, never payloads.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -37,6 +38,7 @@ int Run(uint64_t blocks, const std::string& dir) {
     tiers::internal::SsdOptions o;
     o.dir = dir;
     o.capacity_bytes = (blocks + 1) * 4096;
+    o.preallocate = tiers::internal::SsdPreallocate::kSparse;
     auto store = tiers::internal::SsdStore::Open(o);
     if (!store) Die(store.status());
     auto ns = (*store)->RegisterNamespace("bench", "", layout);
@@ -59,7 +61,7 @@ int Run(uint64_t blocks, const std::string& dir) {
   const double build_s = Seconds(build_start);
 
   const auto start = Clock::now();
-  auto ssd = tiers::NewSsdTier({dir, (blocks + 1) * 4096, true});
+  auto ssd = tiers::NewSsdTier({dir, (blocks + 1) * 4096, true, "sparse"});
   if (!ssd) Die(ssd.status());
   const double open_s = Seconds(start);
   auto host = tiers::NewHostTier({64 * kMiB, 4 * kMiB, false});

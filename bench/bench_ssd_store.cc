@@ -26,13 +26,15 @@
 //     --offset_increment=<1 block>): the same sequential stream with 8 in
 //     flight. Goal: SsdStore >= 0.8x.
 //
-// Before each write batch (untimed) every slot is erased, freed and
-// allocated again. `write` keeps freed slots allocated on disk
-// (kept_free_bytes), so the batch rewrites allocated blocks: the tier's
-// steady state, full, where each demotion takes the slot an eviction freed.
-// `write_holes` punches every freed slot (kept_free_bytes 0), so each
-// write allocates: the tier filling up. Reads read a batch back in order.
-// fio's file is written once (untimed) and then rewritten and read.
+// Write cases: `write` erases, frees and allocates every slot again before
+// the batch (untimed) and rewrites them: the tier's steady state, full,
+// where each demotion takes the slot an eviction freed. `fill` writes the
+// batch into a new store whose file was prepared (written once, untimed, as
+// the daemon does at start): the tier filling up. `fill_sparse` does the
+// same into a sparse file (SsdPreallocate::kSparse), the write into new
+// space that preparation avoids; it is there to show what that buys. Reads
+// read a batch back in order. fio's file is written once (untimed) and then
+// rewritten and read.
 //
 // Flags (besides the benchmark flags): --dir=PATH, the parent of the data
 // directory PATH/kvtier_bench_ssd (default /var/tmp: a real disk, where /tmp
@@ -188,16 +190,17 @@ struct SsdSubject : Subject {
   }
 };
 
-// `holes`: Free punches every slot (kept_free_bytes 0), so each write lands
-// in a hole (the tier filling up). Otherwise every freed slot is kept
-// allocated and rewritten (the tier's steady state, full).
-std::unique_ptr<SsdSubject> MakeSsd(uint64_t block_bytes, bool holes, uint64_t batch_bytes,
+// A new store under g_dir/ssd whose slots for one batch are allocated.
+// `sparse`: its file is not prepared (writes go into holes).
+std::unique_ptr<SsdSubject> MakeSsd(uint64_t block_bytes, bool sparse, uint64_t batch_bytes,
                                     std::string* error) {
+  fs::remove_all(g_dir + "/ssd");
   auto s = std::make_unique<SsdSubject>(block_bytes);
   SsdOptions o;
   o.dir = g_dir + "/ssd";
   o.capacity_bytes = batch_bytes + 64 * kMiB;
-  o.kept_free_bytes = holes ? 0 : o.capacity_bytes;
+  o.preallocate =
+      sparse ? tiers::internal::SsdPreallocate::kSparse : tiers::internal::SsdPreallocate::kWrite;
   auto store = SsdStore::Open(o);
   if (!store.ok()) {
     *error = store.status().ToString();
@@ -219,10 +222,10 @@ std::unique_ptr<SsdSubject> MakeSsd(uint64_t block_bytes, bool holes, uint64_t b
   return s;
 }
 
-void SsdWrite(benchmark::State& state, uint64_t block_bytes, int depth, bool holes) {
+void BM_SsdWrite(benchmark::State& state, uint64_t block_bytes, int depth) {
   std::string error;
-  auto* s = Use<SsdSubject>((holes ? "ssd-holes" : "ssd") + std::to_string(block_bytes),
-                            [&] { return MakeSsd(block_bytes, holes, g_batch_bytes, &error); });
+  auto* s = Use<SsdSubject>("ssd" + std::to_string(block_bytes),
+                            [&] { return MakeSsd(block_bytes, false, g_batch_bytes, &error); });
   if (s == nullptr) return state.SkipWithError(error.c_str());
   for (auto _ : state) {
     state.PauseTiming();
@@ -233,13 +236,6 @@ void SsdWrite(benchmark::State& state, uint64_t block_bytes, int depth, bool hol
   }
   state.SetBytesProcessed(state.iterations() *
                           static_cast<int64_t>(s->records.size() * block_bytes));
-}
-
-void BM_SsdWrite(benchmark::State& state, uint64_t block_bytes, int depth) {
-  SsdWrite(state, block_bytes, depth, /*holes=*/false);
-}
-void BM_SsdWriteHoles(benchmark::State& state, uint64_t block_bytes, int depth) {
-  SsdWrite(state, block_bytes, depth, /*holes=*/true);
 }
 
 void BM_SsdRead(benchmark::State& state, uint64_t block_bytes, int depth) {
@@ -383,8 +379,7 @@ void Register() {
     const char* subject;
     const char* op;
     Fn fn;
-  } kinds[] = {{"ssd", "write_holes", BM_SsdWriteHoles},
-               {"ssd", "write", BM_SsdWrite},
+  } kinds[] = {{"ssd", "write", BM_SsdWrite},
                {"ssd", "read", BM_SsdRead},
                {"blob", "write", BM_BlobWrite},
                {"blob", "read", BM_BlobRead}};
@@ -409,7 +404,7 @@ void Summarize(const SummaryReporter& r) {
   std::printf("=== bench_ssd_store: Google Benchmark (GB/s, medians; same run)\n");
   std::printf("%-11s %-5s %5s %9s %9s %9s\n", "op", "bs", "depth", "SsdStore", "blobs", "ssd/blob");
   for (const Size& size : kSizes) {
-    for (const char* op : {"write", "write_holes", "read"}) {
+    for (const char* op : {"write", "read"}) {
       const char* peer_op = std::string_view(op) == "read" ? "read" : "write";
       for (int depth : kDepths) {
         auto gbps = [&](const char* subject, const char* o) {
@@ -516,52 +511,52 @@ bool RunInterleaved(std::vector<Interleaved>* results) {
       std::fprintf(stderr, "bench_ssd_store: %s\n", error.c_str());
       return false;
     }
-    for (bool holes : {false, true}) {
-      fs::remove_all(g_dir + "/ssd");
-      std::unique_ptr<SsdSubject> s = MakeSsd(size.bytes, holes, bytes, &error);
-      // Untimed: the first batch writes into fresh (sparse) slots.
-      if (s != nullptr) error = s->WriteAll(kMaxDepth);
-      if (!error.empty()) {
-        std::fprintf(stderr, "bench_ssd_store: %s\n", error.c_str());
-        return false;
+    // `fill` and `fill_sparse` make a new store each round (untimed);
+    // `write` makes one that `read` reads.
+    std::unique_ptr<SsdSubject> s;
+    for (const char* op : {"fill", "fill_sparse", "write", "read"}) {
+      const std::string_view name = op;
+      const bool read = name == "read", fill = name.starts_with("fill");
+      if (name == "write") {
+        // Written once (untimed), then rewritten by `write` and read by `read`.
+        s = MakeSsd(size.bytes, false, bytes, &error);
+        if (s != nullptr) error = s->WriteAll(kMaxDepth);
       }
-      for (const char* op : holes ? std::vector<const char*>{"write_holes"}
-                                  : std::vector<const char*>{"write", "read"}) {
-        const bool read = std::string_view(op) == "read";
-        for (int depth : kDepths) {
-          Interleaved r{op, &size, depth, {}, {}};
-          for (int round = 0; round < g_rounds; ++round) {
-            double store_bps = 0, fio_bps = 0;
-            for (int half = 0; half < 2; ++half) {
-              if ((half == 0) == (round % 2 == 0)) {
-                fio_bps = RunFio(fio_file, read ? "read" : "write", size, depth, bytes, &error);
-                if (fio_bps == 0) break;
-                continue;
-              }
-              if (!read) error = s->Refill();
-              const auto t0 = std::chrono::steady_clock::now();
-              if (error.empty()) {
-                if (read) {
-                  if (!s->ReadAll(depth)) error = "SsdStore read failed";
-                } else {
-                  error = s->WriteAll(depth);
-                }
-              }
-              store_bps = static_cast<double>(bytes) / SecondsSince(t0);
-              if (!error.empty()) break;
+      for (int depth : kDepths) {
+        Interleaved r{op, &size, depth, {}, {}};
+        for (int round = 0; round < g_rounds && error.empty(); ++round) {
+          double store_bps = 0, fio_bps = 0;
+          for (int half = 0; half < 2 && error.empty(); ++half) {
+            if ((half == 0) == (round % 2 == 0)) {
+              fio_bps = RunFio(fio_file, read ? "read" : "write", size, depth, bytes, &error);
+              continue;
             }
-            if (!error.empty()) {
-              std::fprintf(stderr, "bench_ssd_store: %s\n", error.c_str());
-              return false;
+            if (fill) {
+              s = MakeSsd(size.bytes, name == "fill_sparse", bytes, &error);
+            } else if (!read) {
+              error = s->Refill();
             }
-            r.store_bps.push_back(store_bps);
-            r.fio_bps.push_back(fio_bps);
-            std::printf("%-11s %-5s depth %d round %d: SsdStore %6.2f GB/s, fio %6.2f GB/s\n", op,
-                        size.name, depth, round, store_bps / 1e9, fio_bps / 1e9);
-            std::fflush(stdout);
+            if (!error.empty()) break;
+            const auto t0 = std::chrono::steady_clock::now();
+            if (read) {
+              if (!s->ReadAll(depth)) error = "SsdStore read failed";
+            } else {
+              error = s->WriteAll(depth);
+            }
+            store_bps = static_cast<double>(bytes) / SecondsSince(t0);
           }
-          results->push_back(std::move(r));
+          if (!error.empty()) break;
+          r.store_bps.push_back(store_bps);
+          r.fio_bps.push_back(fio_bps);
+          std::printf("%-11s %-5s depth %d round %d: SsdStore %6.2f GB/s, fio %6.2f GB/s\n", op,
+                      size.name, depth, round, store_bps / 1e9, fio_bps / 1e9);
+          std::fflush(stdout);
         }
+        if (!error.empty()) {
+          std::fprintf(stderr, "bench_ssd_store: %s\n", error.c_str());
+          return false;
+        }
+        results->push_back(std::move(r));
       }
     }
   }

@@ -136,6 +136,10 @@ Status DaemonConfig::Validate() const {
       return InvalidArgumentError("ssd io_threads must be between 1 and 64");
     }
     if (ssd_queue == 0) return InvalidArgumentError("ssd queue must be at least 1");
+    if (ssd_prepare != "background" && ssd_prepare != "foreground" && ssd_prepare != "sparse") {
+      return InvalidArgumentError("ssd prepare \"" + ssd_prepare +
+                                  "\": expected background, foreground or sparse");
+    }
   }
   for (const std::string* p : {&host_policy, &device_policy, &ssd_policy}) {
     bool known = false;
@@ -202,9 +206,11 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     const toml::table& t = *ssd;
     KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
         t, path, "ssd",
-        {"dir", "capacity", "policy", "direct_io", "io_threads", "queue", "write_through"}));
+        {"dir", "capacity", "policy", "direct_io", "io_threads", "queue", "write_through",
+         "prepare"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "dir", String(&c.ssd_dir)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "capacity", Bytes(&c.ssd_capacity_bytes)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "prepare", String(&c.ssd_prepare)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "policy", String(&c.ssd_policy)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "direct_io", Bool(&c.ssd_direct_io)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "io_threads", Uint32(&c.ssd_io_threads)));
@@ -225,7 +231,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   // Flags are read as text, so that byte counts take units ("64MiB") and an
   // unset flag leaves the file's value alone.
   std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
-      device_mode, device_capacity, device_policy, ssd_capacity, ssd_policy;
+      device_mode, device_capacity, device_policy, ssd_capacity, ssd_policy, ssd_prepare;
   std::optional<std::string> ssd_dir;
   uint32_t ssd_io_threads = 0;
   uint32_t max_keys = 0, copy_threads = 0;
@@ -251,6 +257,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "ssd tier data directory, \"\" = no ssd tier [/var/lib/kvtier/ssd]");
   app.add_option("--ssd-capacity", ssd_capacity, "ssd tier bytes [16GiB]");
   app.add_option("--ssd-policy", ssd_policy, "ssd tier eviction policy [lru]");
+  app.add_option("--ssd-prepare", ssd_prepare,
+                 "write the ssd slot file once: background, foreground or sparse [background]");
   app.add_option("--ssd-io-threads", ssd_io_threads, "threads doing ssd I/O [4]");
   app.add_flag("--ssd-write-through", write_through,
                "write every committed block to the ssd at once [write-back]");
@@ -305,6 +313,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (!device_policy.empty()) c.device_policy = device_policy;
   if (ssd_dir) c.ssd_dir = *ssd_dir;
   if (!ssd_policy.empty()) c.ssd_policy = ssd_policy;
+  if (!ssd_prepare.empty()) c.ssd_prepare = ssd_prepare;
   if (ssd_io_threads != 0) c.ssd_io_threads = ssd_io_threads;
   if (write_through) c.ssd_write_through = true;
   if (Status s = c.Validate(); !s.ok()) return fail(s);

@@ -52,8 +52,15 @@ struct DaemonConfig {
   // The data directory of the SSD tier: block payloads and their RocksDB
   // index; "" turns the tier off. Kept across restarts (warm restart).
   std::string ssd_dir = "/var/lib/kvtier/ssd";
-  // Bytes of blocks on disk; never exceeded. Files are sparse.
+  // Bytes of blocks on disk; never exceeded. Also the size of the one slot
+  // file, which claims its disk space up front (see ssd_prepare).
   uint64_t ssd_capacity_bytes = 16 * kGiB;
+  // How the slot file is made ready: "background" writes it once on a thread
+  // of its own while the tier serves what is done (a new 16 GiB tier is
+  // whole in ~10 s at 1.5 GB/s); "foreground" writes it before serving;
+  // "sparse" skips it: no start-up writes, but every block written into new
+  // space then costs ext4 an extent allocation (0.35-0.6x as fast).
+  std::string ssd_prepare = "background";
   std::string ssd_policy = "lru";
   // O_DIRECT payload I/O: no page-cache copy of cold data.
   bool ssd_direct_io = true;

@@ -25,7 +25,8 @@ Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
   }
   std::unique_ptr<tiers::Tier> ssd;
   if (!c.ssd_dir.empty()) {
-    auto opened = tiers::NewSsdTier({c.ssd_dir, c.ssd_capacity_bytes, c.ssd_direct_io});
+    auto opened = tiers::NewSsdTier(
+        {c.ssd_dir, c.ssd_capacity_bytes, c.ssd_direct_io, c.ssd_prepare});
     if (!opened) return opened.status().WithContext("ssd tier at " + c.ssd_dir);
     ssd = std::move(opened).value();
   }

@@ -1,12 +1,13 @@
 // The SSD tier: a Tier over an SsdStore (slot files + RocksDB index).
 //
-// SlotId packs the store's slot: the high 8 bits name the slot-size class
-// (numbered in order of first use in this process), the low 24 bits the
-// index in that class's file. The engine calls Allocate/Free on its thread
-// and WriteBlock/ReadBlock/ForgetBlock on its IoExecutor's threads.
+// SlotId is the slot's first page (4 KiB unit) in the slot file; the slot's
+// size follows from the block's (rounded up to 4 KiB) where the engine
+// passes the block, and from the store's map where it does not (Free). The
+// engine calls Allocate/Free on its thread and WriteBlock/ReadBlock/
+// ForgetBlock on its IoExecutor's threads.
 #include "tiers/internal/ssd_tier.h"
 
-#include <mutex>
+#include <cassert>
 #include <vector>
 
 namespace kvtier::tiers {
@@ -16,9 +17,7 @@ using internal::SsdRecord;
 using internal::SsdSlot;
 using internal::SsdStore;
 
-constexpr uint32_t kIndexBits = 24;
-constexpr uint64_t kMaxIndex = (uint64_t{1} << kIndexBits) - 1;
-constexpr size_t kMaxClasses = 256;
+static_assert(internal::SsdSpace::kMaxPages - 1 <= UINT32_MAX, "a page must fit a SlotId");
 
 class SsdTier final : public Tier {
  public:
@@ -27,8 +26,13 @@ class SsdTier final : public Tier {
   TierKind kind() const override { return TierKind::kSsd; }
   std::string description() const override {
     const internal::SsdStats st = store_->Stats();
-    return "ssd: " + store_->dir() + ", " + FormatBytes(st.capacity_bytes) +
-           (st.direct_io ? ", direct I/O" : ", buffered I/O");
+    std::string d = "ssd: " + store_->dir() + ", " + FormatBytes(st.capacity_bytes) +
+                    (st.direct_io ? ", direct I/O" : ", buffered I/O");
+    if (st.prepared_bytes < st.file_bytes) {
+      d += ", " + FormatBytes(st.prepared_bytes) + " of " + FormatBytes(st.file_bytes) +
+           (st.preparing ? " prepared so far" : " prepared (preparing stopped)");
+    }
+    return d;
   }
   uint64_t capacity_bytes() const override { return store_->Stats().capacity_bytes; }
   uint64_t used_bytes() const override { return store_->Stats().used_bytes; }
@@ -38,13 +42,12 @@ class SsdTier final : public Tier {
 
   Result<SlotId> Allocate(uint64_t block_bytes) override {
     KVTIER_ASSIGN_OR_RETURN(const SsdSlot slot, store_->Allocate(block_bytes));
-    auto id = Pack(slot);
-    if (!id) store_->Free(slot).IgnoreError();  // beyond what a SlotId can name
-    return id;
+    return static_cast<SlotId>(slot.page);
   }
   void Free(SlotId slot) override {
-    // A hole that cannot be punched only costs disk space, not correctness.
-    store_->Free(Unpack(slot)).IgnoreError();
+    const Status freed = store_->Free(store_->SlotAt(slot));
+    assert(freed.ok());  // the engine frees only slots it holds
+    freed.IgnoreError();
   }
 
   // The payload goes through WriteBlock/ReadBlock, which know the block.
@@ -55,17 +58,18 @@ class SsdTier final : public Tier {
     return FailedPreconditionError("the ssd tier writes blocks through WriteBlock");
   }
   std::span<std::byte> HostView(SlotId, uint64_t) override { return {}; }
-  uint64_t SlotOffset(SlotId slot) const override { return Unpack(slot).offset(); }
+  uint64_t SlotOffset(SlotId slot) const override { return SsdSlot{0, slot}.offset(); }
 
   bool io_bound() const override { return true; }
 
   Result<uint64_t> WriteBlock(SlotId slot, const BlockInfo& info,
                               std::span<const std::byte> bytes) override {
-    KVTIER_ASSIGN_OR_RETURN(const SsdRecord stored, store_->Write(Record(slot, info), bytes));
+    KVTIER_ASSIGN_OR_RETURN(const SsdRecord stored,
+                            store_->Write(Record(slot, bytes.size(), info), bytes));
     return stored.checksum;
   }
   Status ReadBlock(SlotId slot, const BlockInfo& info, std::span<std::byte> out) override {
-    SsdRecord record = Record(slot, info);
+    SsdRecord record = Record(slot, info.block_bytes, info);
     record.block_bytes = info.block_bytes;
     record.checksum = info.checksum;
     return store_->Read(record, out);
@@ -84,12 +88,6 @@ class SsdTier final : public Tier {
         unusable.push_back(r);  // a slot another record claims, or beyond capacity
         return Status::Ok();
       }
-      auto slot = Pack(r.slot);
-      if (!slot) {
-        store_->Free(r.slot).IgnoreError();
-        unusable.push_back(r);
-        return Status::Ok();
-      }
       BlockInfo info;
       info.ns = r.ns_id;
       info.key = r.key;
@@ -97,7 +95,7 @@ class SsdTier final : public Tier {
       info.block_bytes = r.block_bytes;
       info.priority = r.priority;
       info.checksum = r.checksum;
-      return fn(info, *slot);
+      return fn(info, static_cast<SlotId>(r.slot.page));
     });
     if (!scanned) return scanned.status();
     for (const SsdRecord& r : unusable) store_->Erase(r.ns_id, r.key).IgnoreError();
@@ -113,39 +111,18 @@ class SsdTier final : public Tier {
   Status Sync() override { return store_->Sync(); }
 
  private:
-  SsdRecord Record(SlotId slot, const BlockInfo& info) const {
+  static SsdRecord Record(SlotId slot, uint64_t block_bytes, const BlockInfo& info) {
     SsdRecord r;
     r.ns_id = info.ns;
     r.key = info.key;
     r.has_parent = info.parent.has_value();
     if (info.parent) r.parent = *info.parent;
-    r.slot = Unpack(slot);
+    r.slot = SsdSlot{AlignUp(block_bytes, internal::kBlockFileAlignment), slot};
     r.priority = info.priority;
     return r;
   }
 
-  Result<SlotId> Pack(const SsdSlot& slot) {
-    std::lock_guard<std::mutex> lock(mu_);
-    size_t cls = 0;
-    while (cls < class_bytes_.size() && class_bytes_[cls] != slot.slot_bytes) ++cls;
-    if (cls == class_bytes_.size()) {
-      if (cls == kMaxClasses) return ResourceExhaustedError("too many block sizes on the ssd");
-      class_bytes_.push_back(slot.slot_bytes);
-    }
-    if (slot.index > kMaxIndex) {
-      return ResourceExhaustedError("more than 16M blocks of one size on the ssd");
-    }
-    return static_cast<SlotId>((cls << kIndexBits) | slot.index);
-  }
-
-  SsdSlot Unpack(SlotId slot) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return SsdSlot{class_bytes_[slot >> kIndexBits], slot & kMaxIndex};
-  }
-
   std::unique_ptr<SsdStore> store_;
-  mutable std::mutex mu_;
-  std::vector<uint64_t> class_bytes_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace
@@ -161,6 +138,16 @@ Result<std::unique_ptr<Tier>> NewSsdTier(const SsdTierOptions& options) {
   o.dir = options.dir;
   o.capacity_bytes = options.capacity_bytes;
   o.direct_io = options.direct_io;
+  if (options.prepare == "background") {
+    o.preallocate = internal::SsdPreallocate::kBackground;
+  } else if (options.prepare == "foreground") {
+    o.preallocate = internal::SsdPreallocate::kWrite;
+  } else if (options.prepare == "sparse") {
+    o.preallocate = internal::SsdPreallocate::kSparse;
+  } else {
+    return InvalidArgumentError("ssd prepare mode \"" + options.prepare +
+                                "\": expected background, foreground or sparse");
+  }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SsdStore> store, SsdStore::Open(o));
   return internal::NewSsdTierOver(std::move(store));
 }

@@ -98,6 +98,9 @@ TEST_F(ConfigTest, ValidateRejectsBadValues) {
   c = {};
   c.max_keys = 0;
   EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.ssd_prepare = "fallocate";
+  EXPECT_FALSE(c.Validate().ok());
 }
 
 TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
@@ -122,6 +125,7 @@ TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
   EXPECT_EQ(c->ssd_io_threads, d.ssd_io_threads);
   EXPECT_EQ(c->ssd_queue, d.ssd_queue);
   EXPECT_EQ(c->ssd_write_through, d.ssd_write_through);
+  EXPECT_EQ(c->ssd_prepare, d.ssd_prepare);
 }
 
 }  // namespace

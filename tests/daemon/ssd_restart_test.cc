@@ -43,9 +43,11 @@ class SsdRestartTest : public ::testing::Test {
     std::filesystem::remove_all(data_);
   }
   void Start(bool write_through = false) {
-    // 1 MiB of host holds 64 blocks of 16 KiB; the rest goes to disk.
+    // 1 MiB of host holds 64 blocks of 16 KiB; the rest goes to disk, whose
+    // file is written before serving so that no demotion finds it unready.
     std::vector<std::string> args = {"--ssd-dir",       data_ + "/ssd", "--ssd-capacity", "256MiB",
-                                     "--host-capacity", "1MiB",         "--host-slab",    "256KiB"};
+                                     "--host-capacity", "1MiB",         "--host-slab",    "256KiB",
+                                     "--ssd-prepare",   "foreground"};
     if (write_through) args.push_back("--ssd-write-through");
     daemon_ = Daemon::Start(args);
     ASSERT_NE(daemon_, nullptr);

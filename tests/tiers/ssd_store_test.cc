@@ -163,7 +163,8 @@ TEST_F(SsdStoreTest, RoundTripsSeveralBlockSizesAlignedOrNot) {
   }
   const SsdStats stats = store->Stats();
   EXPECT_TRUE(stats.direct_io);  // the test's TempDir is a real filesystem here
-  EXPECT_EQ(stats.files, 4u);
+  EXPECT_EQ(stats.file_bytes, 64 * kMiB);
+  EXPECT_EQ(stats.prepared_bytes, 64 * kMiB);
   EXPECT_EQ(stats.slots_in_use.at(100'000 + 2'400), 2u);  // 100,000 rounds to 25 pages
   // A read buffer of the wrong size is refused, not filled.
   auto r = store->Allocate(4 * kKiB);
@@ -181,20 +182,20 @@ TEST_F(SsdStoreTest, CapacityIsNeverExceeded) {
   for (int i = 0; i < 4; ++i) {
     auto s = store->Allocate(256 * kKiB);
     ASSERT_TRUE(s.ok());
-    EXPECT_EQ(s->index, static_cast<uint64_t>(i));
+    EXPECT_EQ(s->page, static_cast<uint64_t>(i) * 64);  // 256 KiB = 64 pages
     slots.push_back(*s);
   }
   EXPECT_EQ(store->Stats().used_bytes, kMiB);
   EXPECT_EQ(store->Allocate(256 * kKiB).status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(store->Allocate(1).status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(store->Allocate(0).status().code(), StatusCode::kInvalidArgument);
-  // Free makes room, and the lowest free index is taken first.
+  // Free makes room, and the lowest free slot is taken first.
   ASSERT_TRUE(store->Free(slots[2]).ok());
   ASSERT_TRUE(store->Free(slots[1]).ok());
   EXPECT_EQ(store->Free(slots[1]).code(), StatusCode::kFailedPrecondition);  // double free
   auto a = store->Allocate(256 * kKiB);
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->index, 1u);
+  EXPECT_EQ(a->page, 64u);
   // Another size shares the same capacity.
   auto b = store->Allocate(100'000);
   ASSERT_TRUE(b.ok());
@@ -240,11 +241,12 @@ TEST_F(SsdStoreTest, ReopenRestoresRecordsAndReserveRebuildsTheAllocator) {
   EXPECT_EQ(store->Reserve(found[0].slot).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store->Reserve(SsdSlot{100'000, 0}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store->Reserve(SsdSlot{102'400, 1'000'000}).code(), StatusCode::kInvalidArgument);
-  // Block 4 (100,000 bytes, the third of its size) left index 2 free.
+  // Block 4 (100,000 bytes, the third of its size) left slot 2 of the first
+  // extent of that size (region 0, 1 MiB) free: page 2 x 25.
   auto slot = store->Allocate(100'000);
   ASSERT_TRUE(slot.ok());
-  EXPECT_EQ(*slot, (SsdSlot{102'400, 2}));
-  EXPECT_EQ(store->Allocate(100'000)->index, 6u);
+  EXPECT_EQ(*slot, (SsdSlot{102'400, 50}));
+  EXPECT_EQ(store->Allocate(100'000)->page, 6u * 25);
 }
 
 TEST_F(SsdStoreTest, ReserveRespectsCapacity) {
@@ -259,7 +261,8 @@ TEST_F(SsdStoreTest, ReserveRespectsCapacity) {
   ASSERT_NE(store, nullptr);
   EXPECT_TRUE(store->Reserve(written[0].slot).ok());
   EXPECT_TRUE(store->Reserve(written[1].slot).ok());
-  EXPECT_EQ(store->Reserve(written[2].slot).code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(store->Reserve(written[2].slot).ok());
+  EXPECT_FALSE(store->Reserve(written[3].slot).ok());
   EXPECT_EQ(store->Stats().used_bytes, kMiB / 2);
 }
 
@@ -271,13 +274,13 @@ TEST_F(SsdStoreTest, AnotherFormatIsRefusedAndNothingChanges) {
   }
   {
     std::ofstream f(dir_ + "/FORMAT", std::ios::trunc);
-    f << "kvtier-ssd-format 2\n";
+    f << "kvtier-ssd-format 1\n";  // the format before the one preallocated file
   }
   const std::string before = Snapshot(dir_);
   auto s = SsdStore::Open(Options());
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.status().message().find("written by format 2; this kvtierd reads format 1"),
+  EXPECT_NE(s.status().message().find("written by format 1; this kvtierd reads format 2"),
             std::string::npos)
       << s.status().ToString();
   EXPECT_NE(s.status().message().find(dir_), std::string::npos);
@@ -306,7 +309,9 @@ TEST_F(SsdStoreTest, ForeignNonEmptyDirectoryIsRefused) {
   std::ifstream f(dir_ + "/FORMAT");
   std::string line;
   std::getline(f, line);
-  EXPECT_EQ(line, "kvtier-ssd-format 1");
+  EXPECT_EQ(line, "kvtier-ssd-format 2");
+  std::getline(f, line);
+  EXPECT_EQ(line, "region-bytes " + std::to_string(SsdSpace::RegionBytesFor(64 * kMiB)));
 }
 
 TEST_F(SsdStoreTest, SecretIsPrivateAndStable) {
@@ -390,7 +395,7 @@ TEST_F(SsdStoreTest, FlippedByteOnDiskIsCorruption) {
     ASSERT_NE(store, nullptr);
     r = Put(*store, 7, 256 * kKiB);
   }
-  const std::string path = dir_ + "/blocks-262144.dat";
+  const std::string path = dir_ + "/blocks.dat";
   const int fd = ::open(path.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
   char c = 0;
@@ -413,7 +418,7 @@ TEST_F(SsdStoreTest, TruncatedFileIsAnError) {
     for (uint64_t i = 0; i < 4; ++i) written.push_back(Put(*store, i, 2 * kMiB));
   }
   // Cut the file in the middle of the third block.
-  ASSERT_EQ(::truncate((dir_ + "/blocks-2097152.dat").c_str(), 5 * kMiB), 0);
+  ASSERT_EQ(::truncate((dir_ + "/blocks.dat").c_str(), 5 * kMiB), 0);
   auto store = Open(Options());
   ASSERT_NE(store, nullptr);
   Block out = MakeBlock(0, 2 * kMiB);
@@ -429,50 +434,93 @@ TEST_F(SsdStoreTest, TruncatedFileIsAnError) {
   }
 }
 
-TEST_F(SsdStoreTest, FreePunchesAHole) {
-  SsdOptions o = Options();
-  o.kept_free_bytes = 0;
-  auto store = Open(o);
+TEST_F(SsdStoreTest, TheFileIsWrittenOnceInFullAndFreeKeepsItSo) {
+  auto store = Open(Options(16 * kMiB));
   ASSERT_NE(store, nullptr);
+  const std::string path = dir_ + "/blocks.dat";
+  // Every byte of the file is allocated on disk before a block is written:
+  // later writes overwrite written blocks (no hole, no unwritten extent).
+  EXPECT_EQ(fs::file_size(path), 16 * kMiB);
+  EXPECT_GE(DiskBytes(path), 16 * kMiB);
   std::vector<SsdRecord> written;
   for (uint64_t i = 0; i < 8; ++i) written.push_back(Put(*store, i, 2 * kMiB));
-  ASSERT_TRUE(store->Sync().ok());
-  const std::string path = dir_ + "/blocks-2097152.dat";
-  const uint64_t full = DiskBytes(path);
-  EXPECT_GE(full, 16 * kMiB);
-  // The file is sparse: grown ahead by ftruncate, never preallocated.
-  EXPECT_LT(full, 20 * kMiB);
+  EXPECT_EQ(store->Allocate(2 * kMiB).status().code(), StatusCode::kResourceExhausted);
   for (size_t i = 0; i < 6; ++i) {
     ASSERT_TRUE(store->Erase(written[i].ns_id, written[i].key).ok());
     ASSERT_TRUE(store->Free(written[i].slot).ok());
   }
-  EXPECT_LE(DiskBytes(path), full - 12 * kMiB);
+  EXPECT_EQ(fs::file_size(path), 16 * kMiB);
+  EXPECT_GE(DiskBytes(path), 16 * kMiB);
   ExpectReads(*store, written[7], 7);
+  // Freed space serves any size: the emptied extents went back to the pool.
+  for (uint64_t i = 0; i < 40; ++i) Put(*store, 100 + i, 256 * kKiB);
+  EXPECT_EQ(store->Stats().used_bytes, 2 * 2 * kMiB + 40 * 256 * kKiB);
 }
 
-TEST_F(SsdStoreTest, FreeKeepsABoundedReserveOfAllocatedSlots) {
-  SsdOptions o = Options();
-  o.kept_free_bytes = 4 * kMiB;  // two 2 MiB slots
+TEST_F(SsdStoreTest, BackgroundPreparationServesItsRegionsAsTheyAreDone) {
+  SsdOptions o = Options(256 * kMiB);
+  o.preallocate = SsdPreallocate::kBackground;
   auto store = Open(o);
   ASSERT_NE(store, nullptr);
-  std::vector<SsdRecord> written;
-  for (uint64_t i = 0; i < 6; ++i) written.push_back(Put(*store, i, 2 * kMiB));
-  const std::string path = dir_ + "/blocks-2097152.dat";
-  const uint64_t full = DiskBytes(path);
-  for (size_t i : {size_t{4}, size_t{1}, size_t{2}}) {
-    ASSERT_TRUE(store->Erase(written[i].ns_id, written[i].key).ok());
-    ASSERT_TRUE(store->Free(written[i].slot).ok());
+  // Until a region is written it is not handed out; the caller hears why.
+  uint64_t refused = 0;
+  while (store->Stats().preparing) {
+    auto slot = store->Allocate(2 * kMiB);
+    if (!slot.ok()) {
+      EXPECT_EQ(slot.status().code(), StatusCode::kUnavailable) << slot.status().ToString();
+      ++refused;
+      continue;
+    }
+    EXPECT_LE(slot->offset() + slot->slot_bytes, store->Stats().prepared_bytes);
   }
-  // Slots 4 and 1 stay allocated; slot 2, beyond the reserve, is punched.
-  EXPECT_EQ(store->Stats().kept_free_bytes, 4 * kMiB);
-  EXPECT_LE(DiskBytes(path), full - 2 * kMiB);
-  EXPECT_GE(DiskBytes(path), full - 3 * kMiB);
-  // Allocation takes the kept slots first (lowest first), then the hole.
-  EXPECT_EQ(store->Allocate(2 * kMiB)->index, 1u);
-  EXPECT_EQ(store->Allocate(2 * kMiB)->index, 4u);
-  EXPECT_EQ(store->Stats().kept_free_bytes, 0u);
-  EXPECT_EQ(store->Allocate(2 * kMiB)->index, 2u);
-  EXPECT_EQ(store->Allocate(2 * kMiB)->index, 6u);
+  ASSERT_TRUE(store->WaitUntilPrepared().ok());
+  const SsdStats st = store->Stats();
+  EXPECT_EQ(st.prepared_bytes, st.file_bytes);
+  EXPECT_FALSE(st.preparing);
+  EXPECT_GE(DiskBytes(dir_ + "/blocks.dat"), 256 * kMiB);
+  ASSERT_TRUE(store->Allocate(2 * kMiB).ok() || st.used_bytes == 256 * kMiB);
+  // A note says it started and one that it finished.
+  ASSERT_GE(notes_.size(), 2u);
+  EXPECT_NE(notes_.front().find("in the background"), std::string::npos) << notes_.front();
+  EXPECT_NE(notes_.back().find("prepared"), std::string::npos) << notes_.back();
+  (void)refused;  // how many depends on the disk's speed
+}
+
+TEST_F(SsdStoreTest, AFullDiskWhilePreparingIsCaughtAtStart) {
+  FaultInjector faults;
+  faults.SetNoSpaceOnWrite(true);
+  SsdOptions o = Options(16 * kMiB);
+  o.file_factory = FaultInjectingFactory(faults);
+  auto refused = SsdStore::Open(o);
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+  // In the background, the tier serves the part that was prepared, nothing
+  // beyond it, and says so.
+  o.preallocate = SsdPreallocate::kBackground;
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->WaitUntilPrepared().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(store->Stats().prepared_bytes, 0u);
+  EXPECT_EQ(store->Allocate(4 * kKiB).status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(notes_.back().find("stopped"), std::string::npos) << notes_.back();
+  // A reopen with room finishes the job.
+  store.reset();
+  faults.Reset();
+  o.preallocate = SsdPreallocate::kWrite;
+  store = Open(o);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->Stats().prepared_bytes, 16 * kMiB);
+  Put(*store, 1, 4 * kKiB);
+}
+
+TEST_F(SsdStoreTest, SparseFilesSkipPreparation) {
+  SsdOptions o = Options(64 * kMiB);
+  o.preallocate = SsdPreallocate::kSparse;
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(fs::file_size(dir_ + "/blocks.dat"), 64 * kMiB);
+  EXPECT_LT(DiskBytes(dir_ + "/blocks.dat"), 8 * kMiB);
+  SsdRecord r = Put(*store, 3, 2 * kMiB);
+  ExpectReads(*store, r, 3);
 }
 
 TEST_F(SsdStoreTest, NamespaceIdsAreStableAcrossReopen) {

@@ -73,18 +73,6 @@ class PosixBlockFile final : public BlockFile {
     return Status::Ok();
   }
 
-  Status PunchHole(uint64_t offset, uint64_t len) override {
-    if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
-                    static_cast<off_t>(len)) == 0) {
-      return Status::Ok();
-    }
-    const int err = errno;
-    if (err == EOPNOTSUPP) {
-      return FailedPreconditionError("punch hole in " + path_ + ": " + std::strerror(err));
-    }
-    return ErrnoStatus(err, "punch hole in", path_, offset);
-  }
-
   Status Truncate(uint64_t size) override {
     while (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
       if (errno != EINTR) return ErrnoStatus(errno, "truncate", path_, size);

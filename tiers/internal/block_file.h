@@ -14,7 +14,7 @@
 // is shorter than asked) → Corruption; any other errno → IoError. Messages
 // carry the path, the offset and strerror.
 //
-// Thread-safety: WriteAt, ReadAt, Sync and PunchHole may be called from many
+// Thread-safety: WriteAt, ReadAt and Sync may be called from many
 // threads at once (pwrite/pread on one fd); Truncate too, though callers
 // should not shrink a file under concurrent I/O.
 #pragma once
@@ -75,10 +75,6 @@ class BlockFile {
   virtual Status ReadAt(uint64_t offset, std::span<std::byte> out) = 0;
   // fdatasync: written data and the file's size reach stable storage.
   virtual Status Sync() = 0;
-  // Deallocates [offset, offset + len) without changing the size, so the
-  // disk use follows the bytes in use; reads of the range return zeros.
-  // FailedPrecondition when the filesystem cannot punch holes.
-  virtual Status PunchHole(uint64_t offset, uint64_t len) = 0;
   // Sets the file's size (ftruncate): growing is sparse and costs no disk.
   virtual Status Truncate(uint64_t size) = 0;
   virtual Result<uint64_t> Size() const = 0;
@@ -141,7 +137,6 @@ class FaultInjectingFile final : public BlockFile {
   Status WriteAt(uint64_t offset, std::span<const std::byte> data) override;
   Status ReadAt(uint64_t offset, std::span<std::byte> out) override;
   Status Sync() override { return base_->Sync(); }
-  Status PunchHole(uint64_t offset, uint64_t len) override { return base_->PunchHole(offset, len); }
   Status Truncate(uint64_t size) override { return base_->Truncate(size); }
   Result<uint64_t> Size() const override { return base_->Size(); }
   const std::string& path() const override { return base_->path(); }

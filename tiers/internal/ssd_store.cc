@@ -7,14 +7,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <new>
-#include <set>
 #include <utility>
 
 #include "common/units.h"
@@ -45,13 +46,14 @@ constexpr uint8_t kRecordVersion = 1;
 constexpr uint8_t kNamespaceVersion = 1;
 constexpr char kRecordPrefix = 'b';
 constexpr char kNamespacePrefix = 'n';
-// Slot files grow by about this much at a time: each ftruncate is a
-// metadata update, and writes inside the file's size need no size change.
-constexpr uint64_t kFileGrowBytes = 64 * kMiB;
+constexpr char kSlotFile[] = "blocks.dat";
+// Preparation writes the file in pieces of this much (one zeroed buffer).
+constexpr uint64_t kPrepareChunkBytes = 8 * kMiB;
 constexpr uint64_t kMaxSlotBytes = AlignUp(kMaxBlockBytes, kBlockFileAlignment);
 
-std::string FormatLine(int version) {
-  return "kvtier-ssd-format " + std::to_string(version) + "\n";
+std::string FormatText(int version, uint64_t region_bytes) {
+  return "kvtier-ssd-format " + std::to_string(version) + "\nregion-bytes " +
+         std::to_string(region_bytes) + "\n";
 }
 
 // Runs `f`, turning an escaping exception (allocation, the standard library,
@@ -147,7 +149,7 @@ std::string EncodeRecord(const SsdRecord& r) {
   PutLE(v, r.parent.hi, 8);
   PutLE(v, r.parent.lo, 8);
   PutLE(v, r.slot.slot_bytes, 8);
-  PutLE(v, r.slot.index, 8);
+  PutLE(v, r.slot.page, 8);
   PutLE(v, r.block_bytes, 8);
   PutLE(v, r.checksum, 8);
   PutLE(v, r.priority, 1);
@@ -171,7 +173,7 @@ bool DecodeRecord(std::string_view key, std::string_view value, SsdRecord* r) {
   r->parent.hi = in.LE(8);
   r->parent.lo = in.LE(8);
   r->slot.slot_bytes = in.LE(8);
-  r->slot.index = in.LE(8);
+  r->slot.page = in.LE(8);
   r->block_bytes = in.LE(8);
   r->checksum = in.LE(8);
   r->priority = static_cast<uint8_t>(in.LE(1));
@@ -213,9 +215,28 @@ Status ErrnoError(std::string_view op, const std::string& path) {
   return IoError(std::string(op) + " " + path + ": " + std::strerror(errno));
 }
 
-// Checks the directory and, when it is new or empty, makes it a format-1
-// data directory. Changes nothing in a directory it refuses.
-Status PrepareDirectory(const std::string& dir) {
+// Reads `key value\n` lines after FORMAT's first; 0 when `key` is missing
+// or malformed.
+uint64_t FormatField(std::string_view text, std::string_view key) {
+  for (size_t pos = text.find('\n'); pos != std::string_view::npos && pos + 1 < text.size();) {
+    const size_t end = text.find('\n', pos + 1);
+    if (end == std::string_view::npos) break;
+    const std::string_view line = text.substr(pos + 1, end - pos - 1);
+    if (line.starts_with(key) && line.size() > key.size() && line[key.size()] == ' ') {
+      uint64_t v = 0;
+      const char* first = line.data() + key.size() + 1;
+      auto [ptr, err] = std::from_chars(first, line.data() + line.size(), v);
+      return err == std::errc() && ptr == line.data() + line.size() ? v : 0;
+    }
+    pos = end;
+  }
+  return 0;
+}
+
+// Checks the directory and, when it is new or empty, makes it a data
+// directory of this format with regions of `new_region_bytes`. Returns the
+// directory's region size. Changes nothing in a directory it refuses.
+Result<uint64_t> PrepareDirectory(const std::string& dir, uint64_t new_region_bytes) {
   const std::string hint = "; move it away or point data_dir elsewhere";
   std::error_code ec;
   const fs::file_status st = fs::status(dir, ec);
@@ -225,12 +246,13 @@ Status PrepareDirectory(const std::string& dir) {
     }
     const std::string format_path = dir + "/" + kFormatFile;
     if (::access(format_path.c_str(), F_OK) == 0) {
-      KVTIER_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(format_path, 64));
+      KVTIER_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(format_path, 256));
       constexpr std::string_view kPrefix = "kvtier-ssd-format ";
       int version = -1;
-      if (text.starts_with(kPrefix) && text.ends_with('\n')) {
+      const size_t eol = text.find('\n');
+      if (text.starts_with(kPrefix) && eol != std::string::npos) {
         const char* first = text.data() + kPrefix.size();
-        const char* last = text.data() + text.size() - 1;
+        const char* last = text.data() + eol;
         auto [ptr, err] = std::from_chars(first, last, version);
         if (err != std::errc() || ptr != last) version = -1;
       }
@@ -243,7 +265,13 @@ Status PrepareDirectory(const std::string& dir) {
                                        std::to_string(version) + "; this kvtierd reads format " +
                                        std::to_string(kSsdFormatVersion) + hint);
       }
-      return Status::Ok();
+      const uint64_t region_bytes = FormatField(text, "region-bytes");
+      if (region_bytes < kSsdPageBytes || !std::has_single_bit(region_bytes)) {
+        return FailedPreconditionError("data directory " + dir +
+                                       " has a FORMAT file without a valid region-bytes line" +
+                                       hint);
+      }
+      return region_bytes;
     }
     if (!fs::is_empty(dir, ec) || ec) {
       return FailedPreconditionError("data directory " + dir +
@@ -256,7 +284,9 @@ Status PrepareDirectory(const std::string& dir) {
     if (ec) return IoError("create data directory " + dir + ": " + ec.message());
   }
   // FORMAT first: a crash before the rest leaves a directory that reopens.
-  return WriteFileDurably(dir, kFormatFile, FormatLine(kSsdFormatVersion), 0644, false, nullptr);
+  KVTIER_RETURN_IF_ERROR(WriteFileDurably(
+      dir, kFormatFile, FormatText(kSsdFormatVersion, new_region_bytes), 0644, false, nullptr));
+  return new_region_bytes;
 }
 
 Result<std::array<std::byte, kSsdSecretBytes>> LoadOrCreateSecret(const std::string& dir) {
@@ -292,22 +322,6 @@ Result<std::array<std::byte, kSsdSecretBytes>> LoadOrCreateSecret(const std::str
   return secret;
 }
 
-std::string SlotFileName(uint64_t slot_bytes) {
-  return "blocks-" + std::to_string(slot_bytes) + ".dat";
-}
-
-// The slot size of a slot file's name; 0 for any other name.
-uint64_t ParseSlotFileName(std::string_view name) {
-  constexpr std::string_view kPrefix = "blocks-", kSuffix = ".dat";
-  if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return 0;
-  const std::string_view digits =
-      name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
-  uint64_t v = 0;
-  auto [ptr, err] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-  if (err != std::errc() || ptr != digits.data() + digits.size()) return 0;
-  return ValidSlotBytes(v) ? v : 0;
-}
-
 // An aligned buffer per I/O thread for payloads that are not aligned, kept
 // between calls (it grows to the largest block the thread has moved) so the
 // hot path neither allocates nor faults in fresh pages.
@@ -322,19 +336,11 @@ Result<std::span<std::byte>> BounceBuffer(size_t bytes) {
 
 }  // namespace
 
-struct SsdStore::SlotClass {
-  std::unique_ptr<BlockFile> file;
-  // Allocator thread only:
-  uint64_t file_size = 0;
-  uint64_t high_water = 0;  // no index at or above it is in use
-  std::set<uint64_t> free;  // free indices below high_water
-  std::set<uint64_t> kept;  // freed indices not hole-punched (may be >= high_water)
-  uint64_t in_use = 0;
-};
-
 SsdStore::SsdStore(SsdOptions options) : options_(std::move(options)) {}
 
 SsdStore::~SsdStore() {
+  stop_preparing_.store(true);
+  if (prepare_thread_.joinable()) prepare_thread_.join();
   if (db_) db_->Close().PermitUncheckedError();
 }
 
@@ -350,7 +356,14 @@ Result<std::unique_ptr<SsdStore>> SsdStore::Open(const SsdOptions& options) {
   return Guarded("open SSD store", [&]() -> Result<std::unique_ptr<SsdStore>> {
     if (options.dir.empty()) return InvalidArgumentError("SSD data directory not set");
     if (options.capacity_bytes == 0) return InvalidArgumentError("SSD capacity_bytes must be > 0");
-    KVTIER_RETURN_IF_ERROR(PrepareDirectory(options.dir));
+    // Check the capacity against the region size a new directory would get
+    // before anything is made; an existing directory is checked again below.
+    KVTIER_RETURN_IF_ERROR(
+        SsdSpace::Create(options.capacity_bytes, SsdSpace::RegionBytesFor(options.capacity_bytes))
+            .status());
+    KVTIER_ASSIGN_OR_RETURN(
+        const uint64_t region_bytes,
+        PrepareDirectory(options.dir, SsdSpace::RegionBytesFor(options.capacity_bytes)));
     std::unique_ptr<SsdStore> store(new SsdStore(options));
     KVTIER_ASSIGN_OR_RETURN(store->secret_, LoadOrCreateSecret(options.dir));
 
@@ -380,47 +393,92 @@ Result<std::unique_ptr<SsdStore>> SsdStore::Open(const SsdOptions& options) {
       store->namespaces_.push_back(std::move(ns));
     }
     KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), "read namespaces of " + index_path));
-    KVTIER_RETURN_IF_ERROR(store->OpenFiles());
+    KVTIER_RETURN_IF_ERROR(store->OpenFile(region_bytes));
+    switch (options.preallocate) {
+      case SsdPreallocate::kWrite:
+        store->PrepareRegions();
+        KVTIER_RETURN_IF_ERROR(store->WaitUntilPrepared());
+        break;
+      case SsdPreallocate::kBackground:
+        if (store->prepared_regions_.load() < store->regions_) {
+          SsdStore* raw = store.get();
+          store->prepare_thread_ = std::thread([raw] { raw->PrepareRegions(); });
+        }
+        break;
+      case SsdPreallocate::kSparse:
+        break;
+    }
     return store;
   });
 }
 
-Status SsdStore::OpenFiles() {
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(options_.dir, ec)) {
-    const uint64_t slot_bytes = ParseSlotFileName(e.path().filename().string());
-    if (slot_bytes == 0) continue;
-    KVTIER_RETURN_IF_ERROR(GetOrAddClass(slot_bytes));
+Status SsdStore::OpenFile(uint64_t region_bytes) {
+  KVTIER_ASSIGN_OR_RETURN(SsdSpace space, SsdSpace::Create(options_.capacity_bytes, region_bytes));
+  region_bytes_ = region_bytes;
+  regions_ = space.regions();
+  space_.emplace(std::move(space));
+  const std::string path = options_.dir + "/" + kSlotFile;
+  const NoteFn note = [this](std::string_view text) { Note(text); };
+  if (options_.file_factory) {
+    KVTIER_ASSIGN_OR_RETURN(file_, options_.file_factory(path, options_.direct_io, note));
+  } else {
+    KVTIER_ASSIGN_OR_RETURN(file_, OpenBlockFile(path, options_.direct_io, note));
   }
-  if (ec) return IoError("list data directory " + options_.dir + ": " + ec.message());
+  KVTIER_ASSIGN_OR_RETURN(const uint64_t size, file_->Size());
+  const uint64_t full = regions_ * region_bytes_;
+  if (options_.preallocate == SsdPreallocate::kSparse) {
+    if (size < full) KVTIER_RETURN_IF_ERROR(file_->Truncate(full));
+    prepared_regions_.store(regions_);
+  } else {
+    // A region is usable once wholly written; a partly written last one (a
+    // crash while preparing) is written again from its start.
+    prepared_regions_.store(std::min(size / region_bytes_, regions_));
+  }
+  restorable_regions_ = std::min(size / region_bytes_, regions_);
   return Status::Ok();
 }
 
-Result<SsdStore::SlotClass*> SsdStore::GetOrAddClass(uint64_t slot_bytes) {
-  {
-    std::shared_lock lock(classes_mu_);
-    auto it = classes_.find(slot_bytes);
-    if (it != classes_.end()) return it->second.get();
+void SsdStore::PrepareRegions() {
+  const uint64_t first = prepared_regions_.load();
+  if (first >= regions_) return;
+  const auto started = std::chrono::steady_clock::now();
+  const bool background = options_.preallocate == SsdPreallocate::kBackground;
+  if (background) {
+    Note("preparing " + FormatBytes((regions_ - first) * region_bytes_) + " of " + options_.dir +
+         "/" + kSlotFile + " in the background (written once, so blocks later " +
+         "write at the disk's full speed); its space serves as it is done");
   }
-  const std::string path = options_.dir + "/" + SlotFileName(slot_bytes);
-  const NoteFn note = [this](std::string_view text) { Note(text); };
-  auto cls = std::make_unique<SlotClass>();
-  if (options_.file_factory) {
-    KVTIER_ASSIGN_OR_RETURN(cls->file, options_.file_factory(path, options_.direct_io, note));
-  } else {
-    KVTIER_ASSIGN_OR_RETURN(cls->file, OpenBlockFile(path, options_.direct_io, note));
+  Status status;
+  Result<AlignedBuffer> zeros =
+      AlignedBuffer::Allocate(std::min(region_bytes_, kPrepareChunkBytes));
+  if (!zeros) status = zeros.status();
+  for (uint64_t r = first; status.ok() && r < regions_ && !stop_preparing_.load(); ++r) {
+    for (uint64_t done = 0; done < region_bytes_ && status.ok(); done += zeros->size()) {
+      status = file_->WriteAt(r * region_bytes_ + done, zeros->span());
+    }
+    if (status.ok()) prepared_regions_.store(r + 1);
   }
-  KVTIER_ASSIGN_OR_RETURN(cls->file_size, cls->file->Size());
-  SlotClass* raw = cls.get();
-  std::unique_lock lock(classes_mu_);
-  classes_.emplace(slot_bytes, std::move(cls));
-  return raw;
+  if (!status.ok()) {
+    Note("preparing " + options_.dir + "/" + kSlotFile + " stopped at " +
+         FormatBytes(prepared_regions_.load() * region_bytes_) + " of " +
+         FormatBytes(regions_ * region_bytes_) + ": " + status.ToString() +
+         "; the tier serves the prepared part");
+  } else if (background && prepared_regions_.load() == regions_) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    char took[32];
+    std::snprintf(took, sizeof(took), "%.1f s", seconds);
+    Note("prepared " + FormatBytes(regions_ * region_bytes_) + " of " + options_.dir + "/" +
+         kSlotFile + " in " + took);
+  }
+  std::lock_guard lock(prepare_mu_);
+  prepare_status_ = std::move(status);
 }
 
-BlockFile* SsdStore::FindFile(uint64_t slot_bytes) const {
-  std::shared_lock lock(classes_mu_);
-  auto it = classes_.find(slot_bytes);
-  return it == classes_.end() ? nullptr : it->second->file.get();
+Status SsdStore::WaitUntilPrepared() {
+  if (prepare_thread_.joinable()) prepare_thread_.join();
+  std::lock_guard lock(prepare_mu_);
+  return prepare_status_;
 }
 
 Result<SsdSlot> SsdStore::Allocate(uint64_t block_bytes) {
@@ -430,32 +488,9 @@ Result<SsdSlot> SsdStore::Allocate(uint64_t block_bytes) {
                                   " bytes: must be 1.." + std::to_string(kMaxBlockBytes));
     }
     const uint64_t slot_bytes = AlignUp(block_bytes, kBlockFileAlignment);
-    if (slot_bytes > options_.capacity_bytes - used_bytes_) {
-      return ResourceExhaustedError("SSD tier full: " + FormatBytes(used_bytes_) + " of " +
-                                    FormatBytes(options_.capacity_bytes) +
-                                    " in use; no room for a slot of " + FormatBytes(slot_bytes));
-    }
-    KVTIER_ASSIGN_OR_RETURN(SlotClass * cls, GetOrAddClass(slot_bytes));
-    const uint64_t index = !cls->kept.empty()   ? *cls->kept.begin()
-                           : !cls->free.empty() ? *cls->free.begin()
-                                                : cls->high_water;
-    const uint64_t end = (index + 1) * slot_bytes;
-    if (end > cls->file_size) {
-      const uint64_t chunk = slot_bytes * std::max<uint64_t>(1, kFileGrowBytes / slot_bytes);
-      const uint64_t new_size = (end + chunk - 1) / chunk * chunk;
-      KVTIER_RETURN_IF_ERROR(cls->file->Truncate(new_size));
-      cls->file_size = new_size;
-    }
-    if (index >= cls->high_water) {
-      for (uint64_t i = cls->high_water; i < index; ++i) cls->free.insert(cls->free.end(), i);
-      cls->high_water = index + 1;
-    } else {
-      cls->free.erase(index);
-    }
-    if (cls->kept.erase(index) > 0) kept_free_bytes_ -= slot_bytes;
-    ++cls->in_use;
-    used_bytes_ += slot_bytes;
-    return SsdSlot{slot_bytes, index};
+    KVTIER_ASSIGN_OR_RETURN(const uint64_t page,
+                            space_->Allocate(slot_bytes, prepared_regions_.load()));
+    return SsdSlot{slot_bytes, page};
   });
 }
 
@@ -465,89 +500,51 @@ Status SsdStore::Reserve(const SsdSlot& slot) {
       return InvalidArgumentError("SSD slot size " + std::to_string(slot.slot_bytes) +
                                   " is not a valid slot size");
     }
-    SlotClass* cls = nullptr;
-    {
-      std::shared_lock lock(classes_mu_);
-      auto it = classes_.find(slot.slot_bytes);
-      if (it != classes_.end()) cls = it->second.get();
-    }
-    // Every slot handed out lies inside its file, which Allocate grew first;
-    // one beyond the end belongs to a lost or truncated file.
-    if (cls == nullptr || slot.index >= cls->file_size / slot.slot_bytes) {
-      return InvalidArgumentError("SSD slot " + std::to_string(slot.index) + " of " +
-                                  SlotFileName(slot.slot_bytes) + " lies beyond the file's end");
-    }
-    if (slot.slot_bytes > options_.capacity_bytes - used_bytes_) {
-      return ResourceExhaustedError("SSD capacity " + FormatBytes(options_.capacity_bytes) +
-                                    " exceeded by restored slots");
-    }
-    if (slot.index >= cls->high_water) {
-      for (uint64_t i = cls->high_water; i < slot.index; ++i) cls->free.insert(cls->free.end(), i);
-      cls->high_water = slot.index + 1;
-    } else if (cls->free.erase(slot.index) == 0) {
-      return FailedPreconditionError("SSD slot " + std::to_string(slot.index) + " of " +
-                                     SlotFileName(slot.slot_bytes) + " is already in use");
-    }
-    if (cls->kept.erase(slot.index) > 0) kept_free_bytes_ -= slot.slot_bytes;
-    ++cls->in_use;
-    used_bytes_ += slot.slot_bytes;
-    return Status::Ok();
+    return space_->Reserve(slot.slot_bytes, slot.page,
+                           std::min(restorable_regions_, prepared_regions_.load()));
   });
 }
 
 Status SsdStore::Free(const SsdSlot& slot) {
   return Guarded("free SSD slot", [&]() -> Status {
-    SlotClass* cls = nullptr;
-    {
-      std::shared_lock lock(classes_mu_);
-      auto it = classes_.find(slot.slot_bytes);
-      if (it != classes_.end()) cls = it->second.get();
-    }
-    if (cls == nullptr || slot.index >= cls->high_water || cls->free.contains(slot.index)) {
-      return FailedPreconditionError("free of SSD slot " + std::to_string(slot.index) + " of " +
-                                     SlotFileName(slot.slot_bytes) + ", which is not in use");
-    }
-    cls->free.insert(slot.index);
-    // Keep the high-water mark tight so the free set stays small.
-    while (!cls->free.empty() && *cls->free.rbegin() + 1 == cls->high_water) {
-      cls->free.erase(std::prev(cls->free.end()));
-      --cls->high_water;
-    }
-    --cls->in_use;
-    used_bytes_ -= slot.slot_bytes;
-    if (kept_free_bytes_ + slot.slot_bytes <= options_.kept_free_bytes) {
-      cls->kept.insert(slot.index);
-      kept_free_bytes_ += slot.slot_bytes;
-      return Status::Ok();
-    }
-    Status s = cls->file->PunchHole(slot.offset(), slot.slot_bytes);
-    if (s.code() == StatusCode::kFailedPrecondition) {
-      if (!hole_note_given_) Note(std::string(s.message()) + "; disk use will not shrink on Free");
-      hole_note_given_ = true;
-      return Status::Ok();
-    }
-    return s;
+    // No hole is punched: the file stays written, so the next block written
+    // there overwrites allocated blocks at full speed.
+    return space_->Free(slot.slot_bytes, slot.page);
   });
 }
 
+SsdSlot SsdStore::SlotAt(uint64_t page) const { return SsdSlot{space_->SlotBytesAt(page), page}; }
+
 SsdStats SsdStore::Stats() const {
+  const SsdSpaceStats space = space_->Stats();
   SsdStats stats;
   stats.capacity_bytes = options_.capacity_bytes;
-  stats.used_bytes = used_bytes_;
-  stats.kept_free_bytes = kept_free_bytes_;
-  std::shared_lock lock(classes_mu_);
-  stats.files = classes_.size();
-  for (const auto& [slot_bytes, cls] : classes_) {
-    if (cls->in_use > 0) stats.slots_in_use[slot_bytes] = cls->in_use;
-    stats.direct_io = stats.direct_io && cls->file->direct_io();
-  }
+  stats.used_bytes = space.used_bytes;
+  stats.file_bytes = regions_ * region_bytes_;
+  stats.prepared_bytes = prepared_regions_.load() * region_bytes_;
+  stats.preparing = options_.preallocate == SsdPreallocate::kBackground &&
+                    prepared_regions_.load() < regions_ && !stop_preparing_.load();
+  stats.region_bytes = region_bytes_;
+  stats.extents = space.extents;
+  stats.slots_in_use = space.slots_in_use;
+  stats.direct_io = file_->direct_io();
   return stats;
 }
 
-Status SsdStore::WritePayload(BlockFile& file, uint64_t offset, std::span<const std::byte> bytes) {
+Status SsdStore::CheckSlot(const SsdSlot& slot, uint64_t bytes) const {
+  if (bytes == 0 || !ValidSlotBytes(slot.slot_bytes) || bytes > slot.slot_bytes ||
+      slot.offset() + slot.slot_bytes > regions_ * region_bytes_) {
+    return InvalidArgumentError("SSD I/O of " + std::to_string(bytes) + " bytes to a slot of " +
+                                std::to_string(slot.slot_bytes) + " bytes at page " +
+                                std::to_string(slot.page));
+  }
+  return Status::Ok();
+}
+
+Status SsdStore::WritePayload(uint64_t offset, std::span<const std::byte> bytes) {
   if (IsBlockAligned(bytes.data())) {
     const size_t whole = bytes.size() / kBlockFileAlignment * kBlockFileAlignment;
-    if (whole > 0) KVTIER_RETURN_IF_ERROR(file.WriteAt(offset, bytes.first(whole)));
+    if (whole > 0) KVTIER_RETURN_IF_ERROR(file_->WriteAt(offset, bytes.first(whole)));
     if (whole == bytes.size()) return Status::Ok();
     offset += whole;
     bytes = bytes.subspan(whole);
@@ -555,40 +552,31 @@ Status SsdStore::WritePayload(BlockFile& file, uint64_t offset, std::span<const 
   KVTIER_ASSIGN_OR_RETURN(std::span<std::byte> bounce, BounceBuffer(bytes.size()));
   std::memcpy(bounce.data(), bytes.data(), bytes.size());
   std::memset(bounce.data() + bytes.size(), 0, bounce.size() - bytes.size());
-  return file.WriteAt(offset, bounce);
+  return file_->WriteAt(offset, bounce);
 }
 
-Status SsdStore::ReadPayload(BlockFile& file, uint64_t offset, std::span<std::byte> out) const {
+Status SsdStore::ReadPayload(uint64_t offset, std::span<std::byte> out) const {
   if (IsBlockAligned(out.data())) {
     const size_t whole = out.size() / kBlockFileAlignment * kBlockFileAlignment;
-    if (whole > 0) KVTIER_RETURN_IF_ERROR(file.ReadAt(offset, out.first(whole)));
+    if (whole > 0) KVTIER_RETURN_IF_ERROR(file_->ReadAt(offset, out.first(whole)));
     if (whole == out.size()) return Status::Ok();
     offset += whole;
     out = out.subspan(whole);
   }
   KVTIER_ASSIGN_OR_RETURN(std::span<std::byte> bounce, BounceBuffer(out.size()));
-  KVTIER_RETURN_IF_ERROR(file.ReadAt(offset, bounce));
+  KVTIER_RETURN_IF_ERROR(file_->ReadAt(offset, bounce));
   std::memcpy(out.data(), bounce.data(), out.size());
   return Status::Ok();
 }
 
 Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::byte> bytes) {
   return Guarded("SSD write", [&]() -> Result<SsdRecord> {
-    const SsdSlot& slot = record.slot;
-    if (bytes.empty() || !ValidSlotBytes(slot.slot_bytes) || bytes.size() > slot.slot_bytes) {
-      return InvalidArgumentError("SSD write of " + std::to_string(bytes.size()) +
-                                  " bytes to a slot of " + std::to_string(slot.slot_bytes));
-    }
-    BlockFile* file = FindFile(slot.slot_bytes);
-    if (file == nullptr) {
-      return InvalidArgumentError("SSD write to a slot of an unknown size " +
-                                  std::to_string(slot.slot_bytes));
-    }
+    KVTIER_RETURN_IF_ERROR(CheckSlot(record.slot, bytes.size()));
     SsdRecord stored = record;
     stored.block_bytes = bytes.size();
     stored.checksum = KVTIER_XXH3_64(bytes.data(), bytes.size());
     KVTIER_RETURN_IF_ERROR(
-        WritePayload(*file, slot.offset(), bytes).WithContext("block " + record.key.ToHex()));
+        WritePayload(record.slot.offset(), bytes).WithContext("block " + record.key.ToHex()));
     // Only now the record: after a crash it never points at missing bytes.
     KVTIER_RETURN_IF_ERROR(PutRecord(stored));
     return stored;
@@ -598,26 +586,20 @@ Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::
 Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
   return Guarded("SSD read", [&]() -> Status {
     const SsdSlot& slot = record.slot;
-    if (out.size() != record.block_bytes || out.empty() || !ValidSlotBytes(slot.slot_bytes) ||
-        out.size() > slot.slot_bytes) {
+    if (out.size() != record.block_bytes) {
       return InvalidArgumentError("SSD read of " + std::to_string(out.size()) +
-                                  " bytes for a block of " + std::to_string(record.block_bytes) +
-                                  " in a slot of " + std::to_string(slot.slot_bytes));
+                                  " bytes for a block of " + std::to_string(record.block_bytes));
     }
-    BlockFile* file = FindFile(slot.slot_bytes);
-    if (file == nullptr) {
-      return NotFoundError("SSD read of block " + record.key.ToHex() + ": no slot file " +
-                           SlotFileName(slot.slot_bytes));
-    }
+    KVTIER_RETURN_IF_ERROR(CheckSlot(slot, out.size()));
     KVTIER_RETURN_IF_ERROR(
-        ReadPayload(*file, slot.offset(), out).WithContext("block " + record.key.ToHex()));
+        ReadPayload(slot.offset(), out).WithContext("block " + record.key.ToHex()));
     const uint64_t sum = KVTIER_XXH3_64(out.data(), out.size());
     if (sum != record.checksum) {
       char detail[64];
       std::snprintf(detail, sizeof(detail), " (stored %016llx, read %016llx)",
                     static_cast<unsigned long long>(record.checksum),
                     static_cast<unsigned long long>(sum));
-      return CorruptionError("block " + record.key.ToHex() + " in " + file->path() + " at " +
+      return CorruptionError("block " + record.key.ToHex() + " in " + file_->path() + " at " +
                              std::to_string(slot.offset()) + ": checksum mismatch" + detail);
     }
     return Status::Ok();
@@ -641,12 +623,7 @@ Status SsdStore::Erase(NamespaceId ns_id, const BlockKey& key) {
 
 Status SsdStore::Sync() {
   return Guarded("SSD sync", [&]() -> Status {
-    std::vector<BlockFile*> files;
-    {
-      std::shared_lock lock(classes_mu_);
-      for (const auto& entry : classes_) files.push_back(entry.second->file.get());
-    }
-    for (BlockFile* f : files) KVTIER_RETURN_IF_ERROR(f->Sync());
+    KVTIER_RETURN_IF_ERROR(file_->Sync());
     return FromRocks(db_->FlushWAL(/*sync=*/true), "sync index of " + options_.dir);
   });
 }

@@ -1,19 +1,26 @@
-// SsdStore: block payloads in slot files on local disk and the index of them
-// in RocksDB, the storage under the SSD tier (DESIGN.md §3). Synchronous; it
-// knows nothing of the engine, which runs it on its I/O pool.
+// SsdStore: block payloads in one preallocated slot file on local disk and
+// the index of them in RocksDB, the storage under the SSD tier (DESIGN.md §3).
+// Synchronous; it knows nothing of the engine, which runs it on its I/O pool.
 //
 // Data directory:
-//   FORMAT               "kvtier-ssd-format 1\n"; another version is refused
-//   secret               32 random bytes, mode 0600, made at first open
-//   index/               RocksDB: block records and the namespace table
-//   blocks-<S>.dat       slot file of slot size S (a multiple of 4 KiB)
+//   FORMAT      "kvtier-ssd-format 2\nregion-bytes R\n"; another version is
+//               refused and nothing in the directory is changed
+//   secret      32 random bytes, mode 0600, made at first open
+//   index/      RocksDB: block records and the namespace table
+//   blocks.dat  the slot file, `capacity` bytes (rounded down to regions)
 //
-// Slots: a block of B bytes takes a slot of S = round_up(B, 4 KiB) in
-// blocks-S.dat, slot i at offset i * S. Files are sparse: they grow by
-// ftruncate as slots are handed out, and Free punches a hole (beyond a small
-// reserve of freed slots kept for reuse), so disk use follows the bytes in
-// use. Capacity is the sum of the slot bytes in use and
-// is never exceeded.
+// Slots: a block of B bytes takes a slot of round_up(B, 4 KiB) in blocks.dat;
+// SsdSpace (ssd_space.h) decides where: extents of one slot size inside
+// fixed regions, rebuilt at a restart from the records alone.
+//
+// Preallocation: the file is written once, end to end, before its space is
+// used (SsdPreallocate::kWrite, in the background by default). A direct
+// write over blocks already written runs at the disk's full speed; one into
+// a hole or into fallocated (unwritten) space makes ext4 allocate or convert
+// extents on every write, which ran at 0.35-0.6x of that here. Writing the
+// file once also claims the disk space at start, so a full disk shows up
+// when the tier is made, not in the middle of serving. Until a region is
+// written it is not handed out (Allocate says Unavailable).
 //
 // Crash safety: Write puts the payload before the record, and the RocksDB
 // WAL is on, so after a process kill (-9) every record points at complete
@@ -22,24 +29,30 @@
 // on every Read, so that is a Corruption (a miss), never wrong bytes.
 //
 // Thread-safety:
-//   - Allocate, Reserve, Free and Stats: one thread only (the engine's).
+//   - Allocate, Reserve, Free, SlotAt and Stats: one thread only (the
+//     engine's).
 //   - Write, Read, PutRecord, Erase, Sync, ForEachRecord, RegisterNamespace,
 //     ForEachNamespace, master_secret: any thread, concurrently, also with
 //     the allocator calls. A slot is written and read by one caller at a
 //     time (the engine guarantees it); distinct slots go in parallel.
+//   - The preparing thread (kBackground) writes only regions not yet handed
+//     out.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/layout.h"
@@ -47,6 +60,7 @@
 #include "common/status.h"
 #include "prefix_index/block_key.h"
 #include "tiers/internal/block_file.h"
+#include "tiers/internal/ssd_space.h"
 
 namespace rocksdb {
 class DB;
@@ -57,31 +71,32 @@ namespace kvtier::tiers::internal {
 using prefix_index::BlockKey;
 using prefix_index::NamespaceId;
 
-inline constexpr int kSsdFormatVersion = 1;
+inline constexpr int kSsdFormatVersion = 2;
 inline constexpr size_t kSsdSecretBytes = 32;
+
+// How the slot file's space is made ready (see the file comment).
+enum class SsdPreallocate : uint8_t {
+  kWrite,       // write the whole file once in Open, then serve
+  kBackground,  // write it on a thread of the store's own; regions serve as they are done
+  kSparse,      // a sparse file of full size at once; writes into holes are slower
+};
 
 struct SsdOptions {
   // The data directory; created if missing. Required.
   std::string dir;
-  // Most bytes of slots in use (each block counts its 4 KiB-rounded size).
-  // Required, > 0. Files are sparse, so nothing is preallocated.
+  // Most bytes of slots in use (each block counts its 4 KiB-rounded size);
+  // also the slot file's size, rounded down to whole regions. Required, at
+  // least one region (SsdSpace::RegionBytesFor). Above the file's size at a
+  // reopen, the file grows; below it, records beyond are refused at Reserve.
   uint64_t capacity_bytes = 0;
-  // O_DIRECT for the slot files (default true): payloads bypass the page
+  // O_DIRECT for the slot file (default true): payloads bypass the page
   // cache, which would only hold cold data and cost a copy. Falls back to
   // buffered I/O, with a note, where the filesystem refuses it.
   bool direct_io = true;
-  // Freed slots kept allocated on disk, up to this many bytes, for the next
-  // Allocate to reuse; Free punches a hole in the rest. In the tier's steady
-  // state (full: each demotion takes the slot an eviction just freed) writes
-  // then land on allocated blocks, which on ext4 ran ~1.5x faster than
-  // writes into holes (bench_ssd_store: ssd_write vs ssd_write_holes).
-  // Disk use stays below used bytes plus this. 0: every Free punches a hole.
-  // Preallocating instead (fallocate, unwritten extents) does not help: on
-  // ext4 a direct write into an unwritten extent pays the same conversion
-  // as one into a hole (fio, this VM: 2 MiB writes 0.7-0.8 GB/s into
-  // fallocated space, 0.8-1.2 into holes, 1.5-1.7 over written blocks), so
-  // only slots kept written are fast, and a filling tier is not.
-  uint64_t kept_free_bytes = 256 << 20;
+  // kWrite (default here) finishes preparing before Open returns: right for
+  // tests and small tiers. The daemon uses kBackground, so a large tier
+  // starts serving at once.
+  SsdPreallocate preallocate = SsdPreallocate::kWrite;
   // RocksDB memtable size. Records are ~90 bytes, so 4 MiB holds ~40k of them
   // before a flush; larger costs memory and WAL replay time at restart.
   size_t index_write_buffer_bytes = 4 << 20;
@@ -92,12 +107,12 @@ struct SsdOptions {
   NoteFn note;
 };
 
-// A slot: `index` in the file of `slot_bytes`-byte slots.
+// A slot: `slot_bytes` at page `page` (4 KiB units) of blocks.dat.
 struct SsdSlot {
   uint64_t slot_bytes = 0;  // a multiple of kBlockFileAlignment
-  uint64_t index = 0;
+  uint64_t page = 0;
 
-  uint64_t offset() const { return slot_bytes * index; }
+  uint64_t offset() const { return page * kSsdPageBytes; }
   friend bool operator==(const SsdSlot&, const SsdSlot&) = default;
 };
 
@@ -126,11 +141,14 @@ struct SsdNamespace {
 
 struct SsdStats {
   uint64_t capacity_bytes = 0;
-  uint64_t used_bytes = 0;                    // slot bytes in use
-  uint64_t kept_free_bytes = 0;               // freed, not yet hole-punched
+  uint64_t used_bytes = 0;      // slot bytes in use
+  uint64_t file_bytes = 0;      // blocks.dat at full size
+  uint64_t prepared_bytes = 0;  // of which written once and usable
+  bool preparing = false;       // the background writer is still at work
+  uint64_t region_bytes = 0;
+  uint64_t extents = 0;
   std::map<uint64_t, uint64_t> slots_in_use;  // slot bytes → slots in use
-  size_t files = 0;                           // slot files open
-  bool direct_io = true;                      // every file uses O_DIRECT
+  bool direct_io = true;                      // the slot file uses O_DIRECT
 };
 
 struct SsdScanSummary {
@@ -152,22 +170,25 @@ class SsdStore {
 
   // --- Allocator: one thread only. ---
 
-  // A free slot for a block of `block_bytes`: the lowest one still allocated
-  // on disk (kept_free_bytes), else the lowest free one, growing the file if
-  // needed. ResourceExhausted when it would exceed capacity; InvalidArgument
-  // when block_bytes is 0 or above kMaxBlockBytes.
+  // A free slot for a block of `block_bytes` (SsdSpace::Allocate): the
+  // lowest free one. ResourceExhausted when it would exceed capacity;
+  // Unavailable while the file is not yet prepared far enough;
+  // InvalidArgument when block_bytes is 0 or above kMaxBlockBytes.
   Result<SsdSlot> Allocate(uint64_t block_bytes);
   // Marks a slot restored from a record (ForEachRecord) as used, before
-  // serving. InvalidArgument for a malformed slot; FailedPrecondition when it
-  // is already used; ResourceExhausted when it would exceed capacity.
+  // serving. InvalidArgument for a malformed slot or one past the prepared
+  // file; FailedPrecondition when it is already used; ResourceExhausted
+  // when it would exceed capacity.
   Status Reserve(const SsdSlot& slot);
-  // Returns the slot and, beyond kept_free_bytes, punches a hole over it.
-  // The slot is free whatever
-  // the result; an error only says the hole could not be punched (disk use
-  // then stays). REQUIRES: the slot is in use, and its record was Erase()d
-  // first (a record must never point at a slot another block may take).
+  // Returns the slot. REQUIRES: the slot is in use, and its record was
+  // Erase()d first (a record must never point at a slot another block may
+  // take); FailedPrecondition otherwise.
   Status Free(const SsdSlot& slot);
+  // The slot in use that starts at `page`; slot_bytes is 0 when none does.
+  SsdSlot SlotAt(uint64_t page) const;
   SsdStats Stats() const;
+  // Blocks until the background preparation is done; its error if it failed.
+  Status WaitUntilPrepared();
 
   // --- I/O: any thread. ---
 
@@ -210,28 +231,33 @@ class SsdStore {
   const std::string& dir() const { return options_.dir; }
 
  private:
-  struct SlotClass;
   explicit SsdStore(SsdOptions options);
-  Status OpenFiles();
-  Result<SlotClass*> GetOrAddClass(uint64_t slot_bytes);
-  BlockFile* FindFile(uint64_t slot_bytes) const;
-  Status WritePayload(BlockFile& file, uint64_t offset, std::span<const std::byte> bytes);
-  Status ReadPayload(BlockFile& file, uint64_t offset, std::span<std::byte> out) const;
+  Status OpenFile(uint64_t region_bytes);
+  // Writes regions from prepared_regions_ to the end of the file, unless
+  // stopped; runs in Open (kWrite) or on prepare_thread_ (kBackground).
+  void PrepareRegions();
+  Status CheckSlot(const SsdSlot& slot, uint64_t bytes) const;
+  Status WritePayload(uint64_t offset, std::span<const std::byte> bytes);
+  Status ReadPayload(uint64_t offset, std::span<std::byte> out) const;
   void Note(std::string_view text) const;
 
   SsdOptions options_;
   std::array<std::byte, kSsdSecretBytes> secret_{};
   std::unique_ptr<rocksdb::DB> db_;
+  std::unique_ptr<BlockFile> file_;  // never replaced once open
+  uint64_t region_bytes_ = 0;
+  uint64_t regions_ = 0;           // in the file at full size
+  std::optional<SsdSpace> space_;  // allocator thread
 
-  // Slot classes by slot size. The map's shape is guarded by classes_mu_
-  // (inserted by the allocator thread, looked up by I/O threads); a class's
-  // allocator fields belong to the allocator thread alone, and its file is
-  // never replaced once open.
-  mutable std::shared_mutex classes_mu_;
-  std::map<uint64_t, std::unique_ptr<SlotClass>> classes_;  // GUARDED_BY(classes_mu_)
-  uint64_t used_bytes_ = 0;                                 // allocator thread
-  uint64_t kept_free_bytes_ = 0;                            // allocator thread
-  bool hole_note_given_ = false;                            // allocator thread
+  // Regions [0, prepared_regions_) are written once and may be handed out.
+  std::atomic<uint64_t> prepared_regions_{0};
+  // Regions wholly in the file when it was opened: only slots there may be
+  // restored (Reserve); anything beyond was lost with the file's tail.
+  uint64_t restorable_regions_ = 0;
+  std::atomic<bool> stop_preparing_{false};
+  std::mutex prepare_mu_;
+  Status prepare_status_;  // GUARDED_BY(prepare_mu_)
+  std::thread prepare_thread_;
 
   mutable std::mutex ns_mu_;
   std::vector<SsdNamespace> namespaces_;  // GUARDED_BY(ns_mu_), indexed by id
