@@ -519,6 +519,7 @@ bool RunInterleaved(std::vector<Interleaved>* results) {
       const bool read = name == "read", fill = name.starts_with("fill");
       if (name == "write") {
         // Written once (untimed), then rewritten by `write` and read by `read`.
+        s.reset();  // a store holds its directory's lock
         s = MakeSsd(size.bytes, false, bytes, &error);
         if (s != nullptr) error = s->WriteAll(kMaxDepth);
       }
@@ -532,6 +533,7 @@ bool RunInterleaved(std::vector<Interleaved>* results) {
               continue;
             }
             if (fill) {
+              s.reset();
               s = MakeSsd(size.bytes, name == "fill_sparse", bytes, &error);
             } else if (!read) {
               error = s->Refill();
