@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "common/units.h"
+#include "tiers/internal/cuda_runtime.h"
 #include "tiers/internal/slab_allocator.h"
 #include "tiers/tier.h"
 
@@ -40,11 +41,16 @@ Status SyscallError(const char* call, int err) {
 // Owns the mapping and the fd; unmaps and closes on destruction.
 class ArenaTier final : public Tier {
  public:
-  ArenaTier(TierKind kind, SlabAllocator allocator, int fd, std::byte* base)
-      : kind_(kind), allocator_(std::move(allocator)), fd_(fd), base_(base) {}
+  ArenaTier(TierKind kind, SlabAllocator allocator, int fd, std::byte* base, bool async_copies)
+      : kind_(kind),
+        allocator_(std::move(allocator)),
+        fd_(fd),
+        base_(base),
+        async_copies_(async_copies) {}
   ArenaTier(const ArenaTier&) = delete;
   ArenaTier& operator=(const ArenaTier&) = delete;
   ~ArenaTier() override {
+    if (pinned_) internal::CudaHostUnregister(base_);
     munmap(base_, allocator_.capacity_bytes());
     close(fd_);
   }
@@ -56,8 +62,17 @@ class ArenaTier final : public Tier {
     std::string arena = "memfd arena, " + FormatBytes(allocator_.capacity_bytes()) + ", " +
                         FormatBytes(allocator_.slab_target_bytes()) + " slabs";
     if (kind_ == TierKind::kDevice) return "device: emulated in host memory (no GPU), " + arena;
-    return "host: " + arena;
+    return "host: " + arena + (pinned_ ? ", page-locked for the GPU" : pin_note_);
   }
+
+  // Page-locks the arena for DMA to a GPU; where that fails the tier stays
+  // pageable and says why in description().
+  void RegisterWithCuda() {
+    const Status s = internal::CudaHostRegister(base_, allocator_.capacity_bytes());
+    pinned_ = s.ok();
+    if (!pinned_) pin_note_ = ", not page-locked (" + std::string(s.message()) + ")";
+  }
+  bool copies_async() const override { return async_copies_; }
 
   uint64_t capacity_bytes() const override { return allocator_.capacity_bytes(); }
   uint64_t used_bytes() const override { return allocator_.used_bytes(); }
@@ -115,6 +130,9 @@ class ArenaTier final : public Tier {
   SlabAllocator allocator_;
   const int fd_;
   std::byte* const base_;
+  const bool async_copies_;
+  bool pinned_ = false;
+  std::string pin_note_;
 };
 
 Result<std::unique_ptr<Tier>> NewArenaTier(TierKind kind, const ArenaTierOptions& options) {
@@ -148,8 +166,10 @@ Result<std::unique_ptr<Tier>> NewArenaTier(TierKind kind, const ArenaTierOptions
     close(fd);
     return SyscallError("mmap", err);
   }
-  return std::unique_ptr<Tier>(
-      new ArenaTier(kind, std::move(allocator), fd, static_cast<std::byte*>(base)));
+  auto tier = std::make_unique<ArenaTier>(kind, std::move(allocator), fd,
+                                          static_cast<std::byte*>(base), options.async_copies);
+  if (kind == TierKind::kHost && options.register_with_cuda) tier->RegisterWithCuda();
+  return std::unique_ptr<Tier>(std::move(tier));
 }
 
 }  // namespace

@@ -123,6 +123,7 @@ CacheEngine::CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> dev
                          std::unique_ptr<Tier> host, std::unique_ptr<Tier> ssd)
     : clock_(*options.clock),
       io_(options.io),
+      copy_(options.copy != nullptr ? options.copy : options.io),
       ssd_pause_ns_(options.ssd_pause_ns),
       write_through_(options.ssd_write_through),
       log_(options.log) {
@@ -327,6 +328,7 @@ Result<Lease> CacheEngine::Acquire(NamespaceId ns, std::span<const BlockKey> key
   // does where `kind` has no room.
   for (size_t i = 0; i < run.size(); ++i) {
     const Block& b = blocks_[run[i]];
+    if (LeavingFor(run[i], kind)) break;
     if (b.tier == kind) continue;
     if (b.pins > 1 || tiers_[Index(b.tier)]->io_bound() || !Move(run[i], kind).ok()) break;
   }
@@ -336,7 +338,7 @@ Result<Lease> CacheEngine::Acquire(NamespaceId ns, std::span<const BlockKey> key
 Lease CacheEngine::MakeLease(NamespaceId ns, std::vector<EntryId> run, TierKind kind) {
   size_t kept = 0;
   while (kept < run.size() && blocks_[run[kept]].tier == kind &&
-         blocks_[run[kept]].state == State::kReady) {
+         blocks_[run[kept]].state == State::kReady && !LeavingFor(run[kept], kind)) {
     ++kept;
   }
   for (size_t i = run.size(); i > kept; --i) Unpin(run[i - 1]);

@@ -66,6 +66,13 @@ struct EngineOptions {
   // when such a tier is given; must outlive the engine, and every
   // completion must have run before the engine is destroyed.
   IoExecutor* io = nullptr;
+  // Runs the copies into a tier that copies_async() (a real GPU's arena)
+  // off the engine's thread, so an ACQUIRE that promotes host blocks to the
+  // device waits for the DMA without stalling everyone else. Separate from
+  // `io` so GPU copies (tens of microseconds) never queue behind disk I/O
+  // (milliseconds). Null: `io`; both null: the copies run inline. Same
+  // lifetime rules as `io`.
+  IoExecutor* copy = nullptr;
   // After an SSD write fails (a full disk, an I/O error), demotions to the
   // SSD stop for this long: blocks leaving the host are dropped instead,
   // and the error is logged once for the burst. Default 10 s.
@@ -316,6 +323,7 @@ class CacheEngine {
     TierKind to = TierKind::kHost;
     SlotId slot = 0;
     std::vector<uint64_t> waiters;
+    bool upload = false;  // from a memory tier into a copies_async() one, not a read from disk
   };
 
   // An AcquireAsync waiting for promotions.
@@ -363,6 +371,11 @@ class CacheEngine {
   // Starts reading a block out of its io_bound tier into `to`, for the
   // pending acquire `waiter`. False when it cannot start.
   bool StartPromotion(EntryId id, TierKind to, uint64_t waiter);
+  // Whether moving `id` to `to` runs as an asynchronous promotion.
+  bool PromotesAsync(EntryId id, TierKind to) const;
+  // A block being promoted elsewhere cannot be leased where it is: the
+  // promotion frees that slot when it lands.
+  bool LeavingFor(EntryId id, TierKind kind) const;
   void OnPromoted(EntryId id, Status status);
   void FinishAcquire(uint64_t pending_id);
   // Builds the lease of a pinned run: stops before the first block not in
@@ -406,6 +419,7 @@ class CacheEngine {
   uint64_t next_handle_id_ = 1;
   uint64_t pending_blocks_ = 0;
   IoExecutor* io_ = nullptr;
+  IoExecutor* copy_ = nullptr;  // options.copy, else io_
   TimeNs ssd_pause_ns_ = 0;
   TimeNs ssd_paused_until_ = 0;
   std::unordered_map<EntryId, Promotion> promotions_;
@@ -422,7 +436,7 @@ class CacheEngine {
     TimeNs last = INT64_MIN;
     uint64_t unreported = 0;
   };
-  LogLimit checksum_log_, io_log_;
+  LogLimit checksum_log_, io_log_, copy_log_;
   void LogLimited(LogLimit& limit, const std::string& line);
   std::array<uint64_t, kNumTierKinds> pinned_in_tier_{};
   EngineStats stats_;  // counters; gauges are filled in by Stats()

@@ -110,14 +110,15 @@ void CacheEngine::AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, T
   PendingAcquire pending{ns, kind, {}, 0, std::move(done)};
   for (size_t i = 0; i < run.size(); ++i) {
     Block& b = blocks_[run[i]];
+    if (LeavingFor(run[i], kind)) break;
+    if (b.promoting) {  // to `kind`: wait for it with the others
+      promotions_[run[i]].waiters.push_back(pending_id);
+      ++pending.outstanding;
+      continue;
+    }
     if (b.tier == kind) continue;
-    if (tiers_[Index(b.tier)]->io_bound()) {
-      if (b.promoting) {
-        if (promotions_[run[i]].to != kind) break;
-        promotions_[run[i]].waiters.push_back(pending_id);
-      } else if (b.pins > 1 || !StartPromotion(run[i], kind, pending_id)) {
-        break;
-      }
+    if (PromotesAsync(run[i], kind)) {
+      if (b.pins > 1 || !StartPromotion(run[i], kind, pending_id)) break;
       ++pending.outstanding;
       continue;
     }
@@ -135,27 +136,48 @@ void CacheEngine::FinishAcquire(uint64_t pending_id) {
   p.done(MakeLease(p.ns, std::move(p.run), p.tier));
 }
 
+bool CacheEngine::PromotesAsync(EntryId id, TierKind to) const {
+  if (tiers_[Index(blocks_[id].tier)]->io_bound()) return true;
+  return copy_ != nullptr && tiers_[Index(to)]->copies_async();
+}
+
+bool CacheEngine::LeavingFor(EntryId id, TierKind kind) const {
+  return blocks_[id].promoting && promotions_.at(id).to != kind;
+}
+
 bool CacheEngine::StartPromotion(EntryId id, TierKind to, uint64_t waiter) {
   const uint64_t bytes = BlockBytes(id);
   Result<SlotId> slot = MakeRoom(to, bytes);
   if (!slot) return false;
-  const std::span<std::byte> dst = tiers_[Index(to)]->HostView(*slot, bytes);
-  if (dst.empty()) {  // a target the engine cannot address (a real GPU): not yet
-    tiers_[Index(to)]->Free(*slot);
-    return false;
-  }
   Tier* src = tiers_[Index(blocks_[id].tier)].get();
+  Tier* dst = tiers_[Index(to)].get();
   const SlotId from = blocks_[id].slot;
-  const bool queued =
-      io_->Submit([src, from, info = InfoOf(id), dst] { return src->ReadBlock(from, info, dst); },
-                  [this, id](Status status) { OnPromoted(id, std::move(status)); });
+  const bool upload = !src->io_bound();
+  bool queued = false;
+  if (upload) {
+    // Host bytes into a GPU arena: the DMA runs on the copy pool; the block
+    // stays readable in the host (pinned) until it lands.
+    const std::span<std::byte> view = src->HostView(from, bytes);
+    queued = !view.empty() &&
+             copy_->Submit([dst, s = *slot, view] { return dst->Write(s, view); },
+                           [this, id](Status status) { OnPromoted(id, std::move(status)); });
+  } else {
+    const std::span<std::byte> view = dst->HostView(*slot, bytes);
+    // A read from disk lands in host-addressable memory; a GPU target is
+    // reached through the host tier (ACQUIRE of the device promotes host
+    // blocks; a disk block goes to the host first).
+    queued = !view.empty() &&
+             io_->Submit(
+                 [src, from, info = InfoOf(id), view] { return src->ReadBlock(from, info, view); },
+                 [this, id](Status status) { OnPromoted(id, std::move(status)); });
+  }
   if (!queued) {
-    tiers_[Index(to)]->Free(*slot);
+    dst->Free(*slot);
     return false;
   }
-  Pin(id);  // the promotion's own pin: the block cannot go while it is read
+  Pin(id);  // the promotion's own pin: the block cannot go while it moves
   blocks_[id].promoting = true;
-  promotions_[id] = Promotion{to, *slot, {waiter}};
+  promotions_[id] = Promotion{to, *slot, {waiter}, upload};
   ++moves_in_flight_;
   return true;
 }
@@ -168,9 +190,10 @@ void CacheEngine::OnPromoted(EntryId id, Status status) {
   if (status.ok() && blocks_[id].state == State::kReady) {
     const uint64_t bytes = BlockBytes(id);
     const SlotId on_disk = blocks_[id].slot;
-    LeaveTier(id, /*free_slot=*/!write_through_);
+    const bool keep_shadow = write_through_ && !p.upload;
+    LeaveTier(id, /*free_slot=*/!keep_shadow);
     EnterTier(id, p.to, p.slot);
-    if (write_through_) {  // the disk copy stays, as the block's shadow
+    if (keep_shadow) {  // the disk copy stays, as the block's shadow
       blocks_[id].has_shadow = true;
       blocks_[id].shadow = on_disk;
       ++shadows_;
@@ -180,7 +203,15 @@ void CacheEngine::OnPromoted(EntryId id, Status status) {
     ++in.promotions_in;
   } else {
     tiers_[Index(p.to)]->Free(p.slot);
-    if (!status.ok()) {
+    if (!status.ok() && p.upload) {
+      // The copy failed, not the block: it stays where it is, served from
+      // there; the acquirer gets the run up to it.
+      ++stats_.io_errors;
+      LogLimited(copy_log_, "copy of a block to the " + std::string(TierKindName(p.to)) +
+                                " tier failed; it stays in the " +
+                                std::string(TierKindName(blocks_[id].tier)) + ": " +
+                                status.ToString());
+    } else if (!status.ok()) {
       if (status.code() == StatusCode::kCorruption) {
         ++stats_.checksum_failures;
         LogLimited(checksum_log_,

@@ -96,6 +96,14 @@ class Tier {
   // runs them on its IoExecutor, concurrently, and they must be
   // thread-safe. Allocate/Free stay on the engine's thread.
   virtual bool io_bound() const { return false; }
+  // True: copies into this tier (Write) are bulk DMA that the engine runs on
+  // its copy pool when promoting a block, never on its own thread (a real
+  // GPU arena). Write must then be thread-safe with the engine's thread.
+  virtual bool copies_async() const { return false; }
+  // A GPU arena's CUDA IPC handle (cudaIpcMemHandle_t bytes) and ordinal,
+  // for workers to map it; empty and -1 for other tiers.
+  virtual std::span<const std::byte> ipc_handle() const { return {}; }
+  virtual int device_ordinal() const { return -1; }
   // Like Write/Read, and a persistent tier records `info` with the block
   // (payload first, record after: a crash never leaves a record pointing
   // at half-written bytes). WriteBlock returns the checksum to hand back in
@@ -150,6 +158,14 @@ struct ArenaTierOptions {
   // with SIGBUS in a worker on first touch. Costs the memory up front and a
   // start-up pass over the pages. Default on.
   bool reserve_memory = true;
+  // Host tier: page-lock the arena for the GPU (cudaHostRegister) so copies
+  // to and from a CUDA device tier run by DMA at the bus's speed. Where that
+  // fails (no GPU, no CUDA in the build, a memlock limit) the tier works
+  // unpinned and description() says so. Default off.
+  bool register_with_cuda = false;
+  // Emulated device tier: copies_async(), so the engine's asynchronous
+  // path for a real GPU's copies runs (for tests) without one. Default off.
+  bool async_copies = false;
 };
 
 // The host tier: one memfd_create arena, mapped shared, that another process
@@ -186,5 +202,23 @@ std::unique_ptr<Tier> NewMetadataTier(TierKind kind, uint64_t capacity_bytes);
 // A device tier emulated in host memory, behind the device tier's interface:
 // for tests and for machines without a GPU. kind() == kDevice, emulated().
 Result<std::unique_ptr<Tier>> NewEmulatedDeviceTier(const ArenaTierOptions& options);
+
+struct CudaTierOptions {
+  int device = 0;  // CUDA ordinal
+  // Bytes of the cudaMalloc arena; rounded up to kSlotPageBytes.
+  uint64_t capacity_bytes = 4 * kGiB;
+  uint64_t slab_bytes = 64 * kMiB;  // as ArenaTierOptions::slab_bytes
+};
+
+// The device tier on a real GPU: one cudaMalloc arena cut into slots by the
+// same slab allocator as the host, exported to workers by its CUDA IPC
+// handle; copies by cudaMemcpyAsync on two streams of its own, promotions
+// off the engine's thread (copies_async). Unavailable where there is no GPU
+// or the build has no CUDA (the daemon then runs without a device tier or
+// with the emulated one, and says which).
+Result<std::unique_ptr<Tier>> NewCudaDeviceTier(const CudaTierOptions& options);
+// The GPUs this process can use, in words ("2 GPUs: 0 NVIDIA H200 (sm_90,
+// 139.8 GiB), ..."), or why there are none.
+std::string DescribeGpus();
 
 }  // namespace kvtier::tiers
