@@ -23,6 +23,17 @@ if(NOT KVTIER_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(KVTIER_HAS_CUDA ON)
+    # CUDA-language targets (kernels/) link the shared libcudart through
+    # CUDA::cudart, not CMake's default static copy beside it. tiers/ (the
+    # daemon's GPU tier) links CUDA::cudart_static itself, so kvtierd needs
+    # no libcudart at run time; no program links both.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    # Warnings for .cu files: nvcc's own, and the host compiler's through
+    # -Xcompiler (-Wpedantic and -Wold-style-cast do not survive nvcc).
+    set(KVTIER_CUDA_WARNINGS -Xcompiler=-Wall,-Wextra)
+    if(KVTIER_WERROR)
+      list(APPEND KVTIER_CUDA_WARNINGS -Werror=all-warnings -Xcompiler=-Werror)
+    endif()
   elseif(KVTIER_CUDA STREQUAL "ON")
     message(FATAL_ERROR "KVTIER_CUDA=ON but no CUDA compiler (nvcc) was found")
   endif()

@@ -1,0 +1,43 @@
+// What the kernels module shares between its two halves (DESIGN.md §6):
+// whether a GPU can run them, the stream type the launchers take, and the
+// host's fp16/bf16 converters.
+//
+// Every GPU entry point of kernels/ has a CPU reference taking the identical
+// parameter struct (STYLE.md 13). Without CUDA at build time, or without a
+// usable device at run time, the GPU entry points return Unavailable and
+// GpuAvailable() says false; the references always work.
+//
+// Thread-safety: every function here may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kvtier::kernels {
+
+// A cudaStream_t, passed opaquely so that callers need no CUDA header.
+// nullptr is the legacy default stream.
+using Stream = void*;
+
+// True when kvtier was built with CUDA (KVTIER_HAS_CUDA).
+bool BuiltWithCuda();
+
+// True when BuiltWithCuda() and cudaGetDeviceCount reports at least one
+// device. Probed once, then cached: a driver that appears later is not seen.
+// Any CUDA error counts as "no GPU" (a machine without a driver answers
+// cudaErrorInsufficientDriver, not cudaErrorNoDevice).
+bool GpuAvailable();
+
+// One line for logs: the device's name, or why there is none
+// ("built without CUDA", "cudaGetDeviceCount: CUDA driver version is ...").
+std::string GpuDescription();
+
+// IEEE binary16 and bfloat16 <-> binary32, bit-exact on the host.
+// Narrowing rounds to nearest, ties to even; overflow gives infinity; NaN
+// stays NaN (made quiet, sign and top payload bits kept). Widening is exact.
+float HalfToFloat(uint16_t bits);
+uint16_t FloatToHalf(float value);
+float BFloat16ToFloat(uint16_t bits);
+uint16_t FloatToBFloat16(float value);
+
+}  // namespace kvtier::kernels

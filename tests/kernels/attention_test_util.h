@@ -1,0 +1,94 @@
+// Test data for decode attention: a host arena whose every byte the kernels
+// must not read is NaN (unused slots, other layers, tokens past seq_len or
+// before the window, the slack between slots, unused table entries, which
+// point at NaN slots), and a naive attention to check against.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/layout.h"
+#include "kernels/attention.h"
+
+namespace kvtier::kernels::testing {
+
+struct AttentionShape {
+  DType dtype = DType::kFloat16;
+  uint32_t head_dim = 128;
+  uint32_t kv_heads = 2;
+  uint32_t group = 1;  // query heads per KV head
+  uint32_t layers = 3;
+  uint32_t layer = 1;
+  uint32_t block_tokens = 16;
+  std::vector<int32_t> seq_lens = {1};
+  uint32_t extra_table_blocks = 2;  // table columns beyond the longest sequence
+  uint32_t spare_slots = 3;         // NaN slots nobody owns
+  uint32_t window = 0;
+  uint32_t chunk_tokens = 0;
+  float softmax_scale = 0;
+  float q_range = 2.0f;  // q uniform in [-q_range, q_range]; K, V in [-1, 1]
+
+  std::string ToString() const;
+};
+
+// Bits of a quiet NaN in `dtype`, with a payload, so that "still the canary"
+// is a bit-exact check.
+uint16_t NanBits(DType dtype);
+
+class AttentionData {
+ public:
+  AttentionData(const AttentionShape& shape, uint64_t seed);
+
+  // Params over the host buffers below (for the reference).
+  DecodeAttentionParams Params() const;
+  const AttentionShape& shape() const { return shape_; }
+  uint32_t num_q_heads() const { return shape_.kv_heads * shape_.group; }
+  uint32_t max_blocks_per_seq() const { return max_blocks_; }
+  uint32_t num_slots() const { return num_slots_; }
+  uint64_t slot_stride_bytes() const { return slot_stride_; }
+  Layout layout() const;
+
+  std::vector<uint16_t> arena;    // num_slots * slot_stride bytes
+  std::vector<uint16_t> q;        // [batch][num_q_heads][head_dim]
+  std::vector<uint16_t> o;        // same shape, NaN until written
+  std::vector<int32_t> table;     // [batch][max_blocks_per_seq]
+  std::vector<int32_t> seq_lens;  // [batch]
+
+ private:
+  AttentionShape shape_;
+  uint32_t max_blocks_ = 0;
+  uint32_t num_slots_ = 0;
+  uint64_t slot_stride_ = 0;
+};
+
+// Softmax attention in double, straight from the definition, one
+// (sequence, query head) at a time: [batch][num_q_heads][head_dim].
+std::vector<double> NaiveAttention(const AttentionData& data);
+
+// |got - want| <= atol + rtol * |want|, per element.
+struct Tolerance {
+  double atol;
+  double rtol;
+};
+// Reference vs naive: the reference is fp32 then rounds once to the dtype
+// (<= half an ulp, relative 2^-11 fp16 / 2^-8 bf16); allow one ulp plus the
+// fp32 accumulation error.
+Tolerance ReferenceTolerance(DType dtype);
+// GPU vs reference: both round fp32 values that differ by fp32 noise; allow
+// two ulps.
+Tolerance GpuTolerance(DType dtype);
+
+// Empty when every element of `got` (dtype bits) is within `tol` of `want`;
+// else a description of the first few failures.
+std::string CompareOutputs(DType dtype, const std::vector<uint16_t>& got,
+                           const std::vector<double>& want, Tolerance tol);
+std::string CompareOutputs(DType dtype, const std::vector<uint16_t>& got,
+                           const std::vector<uint16_t>& want, Tolerance tol);
+
+// A sweep of shapes for one (dtype, head_dim, group): sequence lengths 1,
+// block - 1, block, block + 1 and many blocks; split-K off, automatic and
+// forced (block-aligned and not); windows; MQA; one or more KV heads.
+std::vector<AttentionShape> SweepShapes(DType dtype, uint32_t head_dim, uint32_t group);
+
+}  // namespace kvtier::kernels::testing

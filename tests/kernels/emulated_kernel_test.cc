@@ -1,0 +1,191 @@
+// The CUDA kernels' own source, run on the CPU through cuda_emulator.h and
+// checked against the CPU references: indexing, the split-K partials and
+// merge, the shuffles (every lane of a warp must reach each one) and the
+// barriers are all exercised without a GPU. Built whenever the CUDA toolkit
+// is (the kernels include its fp16/bf16 headers). What it cannot show: the
+// compiled device code's speed, and nvcc-specific miscompilation; gpu_test.cc
+// covers those where a GPU exists.
+//
+// Slow by design (each shuffle is a round of 128 context switches), so the
+// shapes are small.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "attention_test_util.h"
+#include "block_copy_test_util.h"
+#include "cuda_emulator.h"  // before any CUDA header
+#include "kernels/internal/attention_kernel.cuh"
+#include "kernels/internal/block_copy_kernel.cuh"
+
+namespace kvtier::kernels {
+namespace {
+
+using testing::AttentionData;
+using testing::AttentionShape;
+
+template <typename T>
+std::function<void()> AttentionKernel(const internal::DecodeArgs& args, uint32_t group) {
+  switch (group) {
+    case 1:
+      return [&args] { internal::DecodeAttentionKernel<T, 1>(args); };
+    case 2:
+      return [&args] { internal::DecodeAttentionKernel<T, 2>(args); };
+    case 4:
+      return [&args] { internal::DecodeAttentionKernel<T, 4>(args); };
+    default:
+      return [&args] { internal::DecodeAttentionKernel<T, 8>(args); };
+  }
+}
+
+// DecodeAttention's launch (attention.cu), with the emulator as the GPU.
+Status EmulateDecodeAttention(const DecodeAttentionParams& p, void* workspace,
+                              uint64_t workspace_bytes) {
+  auto plan = internal::CheckDecodeAttention(p, workspace, workspace_bytes);
+  if (!plan.ok()) return plan.status();
+  const internal::DecodeArgs args = internal::MakeDecodeArgs(p, *plan, workspace);
+  const uint32_t group = p.num_q_heads / p.layout.kv_heads;
+  const bool fp16 = p.layout.dtype == DType::kFloat16;
+  const std::string e = emulator::RunGrid(
+      uint3{plan->num_chunks, p.layout.kv_heads, p.batch}, internal::kThreads,
+      fp16 ? AttentionKernel<__half>(args, group) : AttentionKernel<__nv_bfloat16>(args, group));
+  if (!e.empty()) return InternalError("attention kernel: " + e);
+  if (plan->num_chunks == 1) return Status();
+  const std::function<void()> merge = [&args, fp16] {
+    if (fp16) {
+      internal::MergeChunksKernel<__half>(args);
+    } else {
+      internal::MergeChunksKernel<__nv_bfloat16>(args);
+    }
+  };
+  const std::string m =
+      emulator::RunGrid(uint3{p.num_q_heads, p.batch, 1}, p.layout.head_dim, merge);
+  if (!m.empty()) return InternalError("merge kernel: " + m);
+  return Status();
+}
+
+std::vector<uint16_t> RunEmulated(AttentionData data) {
+  const DecodeAttentionParams p = data.Params();
+  auto plan = PlanDecodeAttention(p);
+  EXPECT_TRUE(plan.ok());
+  std::vector<float> ws(plan->workspace_bytes / sizeof(float),
+                        std::numeric_limits<float>::quiet_NaN());
+  const Status s = EmulateDecodeAttention(p, ws.data(), plan->workspace_bytes);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return data.o;
+}
+
+std::vector<uint16_t> RunReference(AttentionData data) {
+  const DecodeAttentionParams p = data.Params();
+  auto plan = PlanDecodeAttention(p);
+  std::vector<float> ws(plan->workspace_bytes / sizeof(float));
+  EXPECT_TRUE(DecodeAttentionReference(p, ws.data(), plan->workspace_bytes).ok());
+  return data.o;
+}
+
+void ExpectEmulatedMatchesReference(const AttentionShape& shape, uint64_t seed) {
+  SCOPED_TRACE(shape.ToString());
+  const AttentionData data(shape, seed);
+  const std::string diff = testing::CompareOutputs(
+      shape.dtype, RunEmulated(data), RunReference(data), testing::GpuTolerance(shape.dtype));
+  EXPECT_TRUE(diff.empty()) << diff;
+}
+
+using SweepParam = std::tuple<DType, uint32_t, uint32_t>;  // dtype, head_dim, group
+
+class EmulatedAttentionTest : public ::testing::TestWithParam<SweepParam> {};
+
+// The same canaried shapes as the reference's sweep, fewer per combination.
+TEST_P(EmulatedAttentionTest, MatchesReference) {
+  const auto [dtype, head_dim, group] = GetParam();
+  const std::vector<AttentionShape> all = testing::SweepShapes(dtype, head_dim, group);
+  uint64_t seed = 500;
+  for (size_t i = 0; i < all.size(); ++i) {
+    // Rotate through the sweep so that every shape runs for some combination.
+    if ((i + head_dim / 64 + group) % 3 != 0) continue;
+    ExpectEmulatedMatchesReference(all[i], seed++);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, EmulatedAttentionTest,
+                         ::testing::Combine(::testing::Values(DType::kFloat16, DType::kBFloat16),
+                                            ::testing::Values(64u, 128u, 256u),
+                                            ::testing::Values(1u, 2u, 4u, 8u)),
+                         [](const ::testing::TestParamInfo<SweepParam>& param) {
+                           return std::string(DTypeName(std::get<0>(param.param))) + "_d" +
+                                  std::to_string(std::get<1>(param.param)) + "_g" +
+                                  std::to_string(std::get<2>(param.param));
+                         });
+
+TEST(EmulatedAttentionTest, BadTableEntryPoisonsOnlyItsSequence) {
+  AttentionShape shape;
+  shape.seq_lens = {40, 40};
+  shape.chunk_tokens = 16;
+  AttentionData data(shape, 5);
+  data.table[1] = static_cast<int32_t>(data.num_slots()) + 7;  // sequence 0, block 1
+  const std::vector<uint16_t> got = RunEmulated(data);
+  const size_t per_seq = data.num_q_heads() * shape.head_dim;
+  for (size_t i = 0; i < per_seq; ++i) EXPECT_TRUE(std::isnan(HalfToFloat(got[i]))) << i;
+  for (size_t i = per_seq; i < 2 * per_seq; ++i) EXPECT_FALSE(std::isnan(HalfToFloat(got[i])));
+}
+
+TEST(EmulatedAttentionTest, SeqLensAreClampedToTheTable) {
+  AttentionShape shape;
+  shape.seq_lens = {32};
+  shape.extra_table_blocks = 0;  // the table holds exactly 32 tokens
+  shape.chunk_tokens = 16;
+  AttentionData data(shape, 6);
+  const std::vector<uint16_t> want = RunReference(data);
+  data.seq_lens[0] = 1 << 30;  // the GPU clamps it to the table (the reference refuses it)
+  EXPECT_EQ(RunEmulated(data), want);
+}
+
+// The paged copy kernel through the emulator against the references.
+void EmulatePagedCopy(const PagedCopyParams& p, bool gather) {
+  ASSERT_TRUE(ValidatePagedCopy(p).ok());
+  const internal::PagedCopyArgs args = internal::MakePagedCopyArgs(p);
+  const std::function<void()> kernel = [&args, gather] {
+    if (gather) {
+      internal::PagedCopyKernel<true>(args);
+    } else {
+      internal::PagedCopyKernel<false>(args);
+    }
+  };
+  const std::string e =
+      emulator::RunGrid(uint3{p.num_blocks, p.layout.layers, 2}, internal::kCopyThreads, kernel);
+  EXPECT_EQ(e, "");
+}
+
+TEST(EmulatedCopyTest, GatherAndScatterMatchTheReferences) {
+  for (const Layout& layout : {Layout{2, 2, 64, DType::kFloat16, 16},
+                               Layout{1, 3, 64, DType::kBFloat16, 5}}) {  // odd part size
+    testing::CopyFixture emulated(layout, 6, 5, 1);
+    emulated.Use({5, 0, 3}, {4, 1, 0});
+    testing::CopyFixture want = emulated;
+    ASSERT_TRUE(GatherBlocksReference(want.Params()).ok());
+    EmulatePagedCopy(emulated.Params(), /*gather=*/true);
+    EXPECT_EQ(emulated.paged_k, want.paged_k);
+    EXPECT_EQ(emulated.paged_v, want.paged_v);
+
+    emulated.FillArenaWithCanary();
+    want.FillArenaWithCanary();
+    emulated.Use({1, 2, 4}, {4, 1, 0});
+    want.Use({1, 2, 4}, {4, 1, 0});
+    ASSERT_TRUE(ScatterBlocksReference(want.Params()).ok());
+    EmulatePagedCopy(emulated.Params(), /*gather=*/false);
+    EXPECT_EQ(emulated.arena, want.arena);
+    // Out-of-range entries are skipped on the GPU (the reference refuses them).
+    const std::vector<uint16_t> arena_before = emulated.arena;
+    emulated.Use({99, 0}, {0, -1});
+    EmulatePagedCopy(emulated.Params(), /*gather=*/false);
+    EXPECT_EQ(emulated.arena, arena_before);
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::kernels
