@@ -139,6 +139,14 @@ Status Client::MapArena(int fd, uint64_t bytes, const char* what, Arena* out) {
 
 bool Client::mapped(WireTier tier) const { return ArenaOf(tier) != nullptr; }
 
+uint64_t Client::ArenaBytes(WireTier tier) const {
+  if (const Arena* a = ArenaOf(tier)) return a->bytes;
+  if (tier == WireTier::kDevice && session_.device == protocol::DeviceKind::kCuda) {
+    return session_.device_arena_bytes;
+  }
+  return 0;
+}
+
 bool Client::healthy() const { return !conn_->broken(); }
 
 const Client::Arena* Client::ArenaOf(WireTier tier) const {
@@ -268,20 +276,23 @@ Result<WriteHandle> Client::Allocate(std::span<const BlockKey> keys, std::option
   w.block_bytes_ = block_bytes();
   w.states_ = std::move(reply->states);
   w.blocks_.assign(keys.size(), nullptr);
+  w.offsets_.assign(keys.size(), 0);
   Status bad;
   const Arena* arena = ArenaOf(reply->tier);
+  const uint64_t arena_bytes = ArenaBytes(reply->tier);
   if (w.states_.size() != keys.size() || reply->offsets.size() != keys.size()) {
     bad = InvalidArgumentError("one state and one offset per key expected");
-  } else if (arena == nullptr) {
+  } else if (arena_bytes == 0) {
     bad = InvalidArgumentError("slots in the unmapped " + TierName(reply->tier) + " tier");
   }
   for (size_t i = 0; bad.ok() && i < keys.size(); ++i) {
     if (w.states_[i] != WireWriteState::kAllocated) continue;
     const uint64_t off = reply->offsets[i];
-    if (off > arena->bytes || arena->bytes - off < block_bytes()) {
+    if (off > arena_bytes || arena_bytes - off < block_bytes()) {
       bad = InvalidArgumentError("offset " + std::to_string(off) + " outside the arena");
     } else {
-      w.blocks_[i] = arena->base + off;
+      w.offsets_[i] = off;
+      if (arena != nullptr) w.blocks_[i] = arena->base + off;
     }
   }
   if (!bad.ok()) {
@@ -312,17 +323,19 @@ Result<ReadLease> Client::Acquire(std::span<const BlockKey> keys, WireTier tier)
   r.block_bytes_ = block_bytes();
   Status bad;
   const Arena* arena = ArenaOf(reply->tier);
+  const uint64_t arena_bytes = ArenaBytes(reply->tier);
   if (reply->offsets.size() > keys.size()) {
     bad = InvalidArgumentError("more blocks than keys");
-  } else if (arena == nullptr && !reply->offsets.empty()) {
+  } else if (arena_bytes == 0 && !reply->offsets.empty()) {
     bad = InvalidArgumentError("blocks in the unmapped " + TierName(reply->tier) + " tier");
   }
   for (size_t i = 0; bad.ok() && i < reply->offsets.size(); ++i) {
     const uint64_t off = reply->offsets[i];
-    if (off > arena->bytes || arena->bytes - off < block_bytes()) {
+    if (off > arena_bytes || arena_bytes - off < block_bytes()) {
       bad = InvalidArgumentError("offset " + std::to_string(off) + " outside the arena");
     } else {
-      r.blocks_.push_back(arena->base + off);
+      r.offsets_.push_back(off);
+      r.blocks_.push_back(arena != nullptr ? arena->base + off : nullptr);
     }
   }
   if (!bad.ok()) {
@@ -338,6 +351,9 @@ Status Client::CheckArena(WireTier tier) const {
     return InvalidArgumentError("the ssd tier cannot be addressed in place; use host");
   }
   if (mapped(tier)) return Status::Ok();
+  if (tier == WireTier::kDevice && session_.device == protocol::DeviceKind::kCuda) {
+    return Status::Ok();  // addressed by offset in the GPU arena (client/cuda_ipc.h)
+  }
   if (!options_.map_arenas) {
     return FailedPreconditionError("arenas not mapped (ClientOptions::map_arenas is false)");
   }

@@ -103,8 +103,12 @@ class WriteHandle {
   bool open() const { return client_ != nullptr; }
 
   // The block's slot in the mapped arena, block_bytes() long.
-  // REQUIRES: open() && state(i) == kAllocated.
+  // REQUIRES: open() && state(i) == kAllocated, in a host-addressable tier
+  // (host, or an emulated device); a GPU's slot is written through its
+  // offset in the device arena (client/cuda_ipc.h).
   std::span<std::byte> Bytes(size_t i) const;
+  // The block's byte offset in its tier's arena. REQUIRES: state(i) == kAllocated.
+  uint64_t offset(size_t i) const { return offsets_[i]; }
 
   // Publishes the kAllocated blocks. The handle is closed whatever the
   // outcome: the daemon ends the allocation on a failed commit too.
@@ -119,7 +123,8 @@ class WriteHandle {
   WireTier tier_ = WireTier::kHost;
   uint64_t block_bytes_ = 0;
   std::vector<WireWriteState> states_;
-  std::vector<std::byte*> blocks_;  // nullptr unless kAllocated
+  std::vector<std::byte*> blocks_;  // nullptr unless kAllocated and host-addressable
+  std::vector<uint64_t> offsets_;   // 0 unless kAllocated
 };
 
 // The leading present blocks of Acquire()'s keys, pinned in one tier until
@@ -140,8 +145,17 @@ class ReadLease {
   WireTier tier() const { return tier_; }
   bool held() const { return client_ != nullptr; }
 
-  // The i-th leased block, block_bytes() long. REQUIRES: held() && i < size().
+  // The i-th leased block, block_bytes() long. REQUIRES: held() && i <
+  // size(), in a host-addressable tier (see WriteHandle::Bytes).
   std::span<const std::byte> Bytes(size_t i) const;
+  // The i-th block's byte offset in its tier's arena.
+  uint64_t offset(size_t i) const { return offsets_[i]; }
+  // The leased blocks as a kernel's block table: offset / stride_bytes for
+  // each, for kernels that address slot k at arena + k x stride (kernels/:
+  // pass the same stride). The default, the arenas' 4 KiB page, divides
+  // every offset. InvalidArgument when a stride does not divide an offset
+  // or the index passes int32.
+  Result<std::vector<int32_t>> BlockTable(uint64_t stride_bytes = 4096) const;
 
   // Unpins the blocks. The lease is dropped whatever the outcome.
   Status Release();
@@ -152,7 +166,8 @@ class ReadLease {
   uint64_t id_ = 0;
   WireTier tier_ = WireTier::kHost;
   uint64_t block_bytes_ = 0;
-  std::vector<const std::byte*> blocks_;
+  std::vector<const std::byte*> blocks_;  // nullptr where not host-addressable
+  std::vector<uint64_t> offsets_;
 };
 
 class Client {
@@ -172,6 +187,12 @@ class Client {
   const prefix_index::KeyHasher& hasher() const { return *hasher_; }
   // True when the arena of `tier` is mapped (zero-copy possible there).
   bool mapped(WireTier tier) const;
+  // The daemon's GPU arena, when its device tier is a real GPU: a worker
+  // opens it with the IPC handle (client/cuda_ipc.h) and addresses blocks
+  // by the offsets Allocate/Acquire return. device_ordinal() is -1 otherwise.
+  int device_ordinal() const { return session_.device_ordinal; }
+  std::span<const std::byte> device_ipc_handle() const { return session_.device_ipc_handle; }
+  uint64_t device_arena_bytes() const { return session_.device_arena_bytes; }
   // False once a socket error or an out-of-step reply broke the session.
   bool healthy() const;
 
@@ -185,9 +206,10 @@ class Client {
   Result<std::vector<protocol::LookupReply>> LookupMany(
       std::span<const std::vector<BlockKey>> chains);
 
-  // Reserves slots in `tier` (kHost, or kDevice when the daemon emulates
-  // it) for the keys; `parent` is the key before keys[0] (none: keys[0] is a
-  // prompt's first block). FailedPrecondition when that arena is not mapped.
+  // Reserves slots in `tier` (kHost, or kDevice when the daemon has one:
+  // emulated, or a GPU written through client/cuda_ipc.h) for the keys; `parent` is the key before
+  // keys[0] (none: keys[0] is a prompt's first block). FailedPrecondition when that arena is not
+  // mapped.
   Result<WriteHandle> Allocate(std::span<const BlockKey> keys,
                                std::optional<BlockKey> parent = std::nullopt,
                                WireTier tier = WireTier::kHost);
@@ -241,6 +263,8 @@ class Client {
   const Arena* ArenaOf(WireTier tier) const;
   // OK when blocks of `tier` can be addressed in place.
   Status CheckArena(WireTier tier) const;
+  // Bytes of the arena of `tier` that offsets may address (mapped or not).
+  uint64_t ArenaBytes(WireTier tier) const;
   // Checks a request against the session's caps before it is sent.
   Status CheckKeys(std::span<const BlockKey> keys) const;
   // InvalidArgument naming the daemon, the reply and `why`.

@@ -1,5 +1,7 @@
 // WriteHandle and ReadLease: RAII over an allocation and a lease.
 #include <cassert>
+#include <cstdint>
+#include <string>
 #include <utility>
 
 #include "client/client.h"
@@ -12,7 +14,8 @@ WriteHandle::WriteHandle(WriteHandle&& other) noexcept
       tier_(other.tier_),
       block_bytes_(other.block_bytes_),
       states_(std::move(other.states_)),
-      blocks_(std::move(other.blocks_)) {}
+      blocks_(std::move(other.blocks_)),
+      offsets_(std::move(other.offsets_)) {}
 
 WriteHandle& WriteHandle::operator=(WriteHandle&& other) noexcept {
   if (this != &other) {
@@ -23,6 +26,7 @@ WriteHandle& WriteHandle::operator=(WriteHandle&& other) noexcept {
     block_bytes_ = other.block_bytes_;
     states_ = std::move(other.states_);
     blocks_ = std::move(other.blocks_);
+    offsets_ = std::move(other.offsets_);
   }
   return *this;
 }
@@ -58,7 +62,8 @@ ReadLease::ReadLease(ReadLease&& other) noexcept
       id_(other.id_),
       tier_(other.tier_),
       block_bytes_(other.block_bytes_),
-      blocks_(std::move(other.blocks_)) {}
+      blocks_(std::move(other.blocks_)),
+      offsets_(std::move(other.offsets_)) {}
 
 ReadLease& ReadLease::operator=(ReadLease&& other) noexcept {
   if (this != &other) {
@@ -68,6 +73,7 @@ ReadLease& ReadLease::operator=(ReadLease&& other) noexcept {
     tier_ = other.tier_;
     block_bytes_ = other.block_bytes_;
     blocks_ = std::move(other.blocks_);
+    offsets_ = std::move(other.offsets_);
   }
   return *this;
 }
@@ -78,13 +84,27 @@ ReadLease::~ReadLease() {
 }
 
 std::span<const std::byte> ReadLease::Bytes(size_t i) const {
-  assert(held() && i < blocks_.size());
+  assert(held() && i < blocks_.size() && blocks_[i] != nullptr);
   return {blocks_[i], static_cast<size_t>(block_bytes_)};
 }
 
 Status ReadLease::Release() {
   if (!held()) return FailedPreconditionError("the lease was released already");
   return std::exchange(client_, nullptr)->ReleaseDeferred(id_);
+}
+
+Result<std::vector<int32_t>> ReadLease::BlockTable(uint64_t stride_bytes) const {
+  std::vector<int32_t> table;
+  table.reserve(offsets_.size());
+  for (uint64_t off : offsets_) {
+    if (stride_bytes == 0 || off % stride_bytes != 0 || off / stride_bytes > INT32_MAX) {
+      return InvalidArgumentError("block at offset " + std::to_string(off) +
+                                  " is not slot-indexable with a stride of " +
+                                  std::to_string(stride_bytes) + " bytes");
+    }
+    table.push_back(static_cast<int32_t>(off / stride_bytes));
+  }
+  return table;
 }
 
 }  // namespace kvtier::client

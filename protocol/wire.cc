@@ -534,6 +534,8 @@ void EncodeHelloReply(uint64_t request_id, const HelloReply& r, bool fds,
   w.U32(r.max_keys);
   w.U32(r.max_payload_bytes);
   w.Bytes(r.namespace_secret);
+  w.U32(static_cast<uint32_t>(r.device_ordinal));
+  w.Bytes(r.device_ipc_handle);
   EndFrame(start, out);
 }
 
@@ -650,6 +652,16 @@ Result<HelloReply> DecodeHelloReply(std::span<const std::byte> payload) {
     std::span<const std::byte> secret;
     KVTIER_RETURN_IF_ERROR(r.Bytes("namespace_secret", kNamespaceSecretBytes, &secret));
     std::copy(secret.begin(), secret.end(), m->namespace_secret.begin());
+    uint32_t ordinal = 0;
+    KVTIER_RETURN_IF_ERROR(r.U32("device_ordinal", &ordinal));
+    m->device_ordinal = static_cast<int32_t>(ordinal);
+    if ((m->device == DeviceKind::kCuda) != (m->device_ordinal >= 0)) {
+      return InvalidArgumentError("device_ordinal " + std::to_string(m->device_ordinal) +
+                                  " does not match the device kind");
+    }
+    std::span<const std::byte> handle;
+    KVTIER_RETURN_IF_ERROR(r.Bytes("device_ipc_handle", kCudaIpcHandleBytes, &handle));
+    std::copy(handle.begin(), handle.end(), m->device_ipc_handle.begin());
     return Status::Ok();
   });
 }

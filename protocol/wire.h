@@ -36,6 +36,8 @@ inline constexpr uint32_t kMaxPayloadBytes = 256u << 20;  // 256 MiB
 inline constexpr uint32_t kMaxKeys = 1u << 16;            // 65,536 keys per request
 inline constexpr size_t kMaxStringBytes = 1024;           // model, salt, client name
 inline constexpr size_t kNamespaceSecretBytes = 32;
+// A CUDA IPC memory handle (cudaIpcMemHandle_t), carried as opaque bytes.
+inline constexpr size_t kCudaIpcHandleBytes = 64;
 
 enum class Opcode : uint16_t {
   kHello = 1,
@@ -180,6 +182,11 @@ struct HelloReply {
   uint32_t max_payload_bytes = kMaxPayloadBytes;
   // Keys of this namespace are hashed with it (prefix_index::KeyHasher).
   std::array<std::byte, kNamespaceSecretBytes> namespace_secret{};
+  // device == kCuda: the GPU's CUDA ordinal on the daemon's node and the
+  // arena's IPC handle (cudaIpcOpenMemHandle maps device_arena_bytes of
+  // it). Otherwise -1 and zeros.
+  int32_t device_ordinal = -1;
+  std::array<std::byte, kCudaIpcHandleBytes> device_ipc_handle{};
 };
 
 struct LookupReply {

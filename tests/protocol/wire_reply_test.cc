@@ -37,7 +37,7 @@ TEST(WireReply, HelloRoundTrip) {
     EXPECT_EQ(f.h.request_id, 5u);
     EXPECT_EQ(f.h.status, 0);
     EXPECT_EQ(f.h.flags, fds ? kFlagReply | kFlagFds : kFlagReply);
-    EXPECT_EQ(f.payload.size(), 87u);
+    EXPECT_EQ(f.payload.size(), 155u);
     auto got = DecodeHelloReply(f.payload);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_EQ(got->version, in.version);
@@ -51,7 +51,22 @@ TEST(WireReply, HelloRoundTrip) {
     EXPECT_EQ(got->max_keys, in.max_keys);
     EXPECT_EQ(got->max_payload_bytes, in.max_payload_bytes);
     EXPECT_EQ(got->namespace_secret, in.namespace_secret);
+    EXPECT_EQ(got->device_ordinal, -1);
   }
+  // A CUDA device: its ordinal and IPC handle travel as they are.
+  HelloReply in = TestHelloReply();
+  in.device = DeviceKind::kCuda;
+  in.device_ordinal = 3;
+  for (size_t i = 0; i < in.device_ipc_handle.size(); ++i) {
+    in.device_ipc_handle[i] = static_cast<std::byte>(255 - i);
+  }
+  Bytes out;
+  EncodeHelloReply(6, in, true, &out);
+  auto got = DecodeHelloReply(Split(out).payload);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->device, DeviceKind::kCuda);
+  EXPECT_EQ(got->device_ordinal, 3);
+  EXPECT_EQ(got->device_ipc_handle, in.device_ipc_handle);
 }
 
 TEST(WireReply, HelloRejectsBadFields) {
@@ -62,6 +77,11 @@ TEST(WireReply, HelloRejectsBadFields) {
   EXPECT_FALSE(DecodeHelloReply(Split(out).payload).ok());
   r = TestHelloReply();
   r.device = static_cast<DeviceKind>(7);
+  out.clear();
+  EncodeHelloReply(1, r, false, &out);
+  EXPECT_FALSE(DecodeHelloReply(Split(out).payload).ok());
+  r = TestHelloReply();
+  r.device = DeviceKind::kCuda;  // without an ordinal
   out.clear();
   EncodeHelloReply(1, r, false, &out);
   EXPECT_FALSE(DecodeHelloReply(Split(out).payload).ok());
