@@ -3,12 +3,17 @@
 #include <toml++/toml.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <optional>
 #include <set>
 
 #include "eviction/eviction_policy.h"
+
+#ifndef KVTIER_VERSION
+#define KVTIER_VERSION "unknown"
+#endif
 
 namespace kvtier::daemon {
 namespace {
@@ -101,6 +106,25 @@ Status CheckKnownKeys(const toml::table& table, const std::string& path, const s
 
 }  // namespace
 
+const char* Version() { return KVTIER_VERSION; }
+
+Status ValidateMetricsAddress(const std::string& address) {
+  if (address.empty()) return Status::Ok();
+  const size_t colon = address.rfind(':');
+  auto bad = [&](const std::string& why) {
+    return InvalidArgumentError("metrics address '" + address + "': " + why +
+                                " (expected HOST:PORT such as 127.0.0.1:9464, or \"\" for off)");
+  };
+  if (colon == std::string::npos || colon == 0) return bad("no host");
+  const std::string_view port(address.data() + colon + 1, address.size() - colon - 1);
+  unsigned value = 0;
+  const auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc() || ptr != port.data() + port.size() || value > 65535) {
+    return bad("bad port");
+  }
+  return Status::Ok();
+}
+
 Status DaemonConfig::Validate() const {
   if (socket_path.empty()) return InvalidArgumentError("socket path is empty");
   if (socket_path.size() > 107) {
@@ -141,6 +165,7 @@ Status DaemonConfig::Validate() const {
                                   "\": expected background, foreground or sparse");
     }
   }
+  KVTIER_RETURN_IF_ERROR(ValidateMetricsAddress(metrics_address));
   for (const std::string* p : {&host_policy, &device_policy, &ssd_policy}) {
     bool known = false;
     for (std::string_view n : eviction::PolicyNames()) known = known || n == *p;
@@ -161,7 +186,8 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   } catch (const std::exception& e) {
     return InvalidArgumentError(path + ": " + e.what());
   }
-  KVTIER_RETURN_IF_ERROR(CheckKnownKeys(root, path, "", {"server", "host", "device", "ssd"}));
+  KVTIER_RETURN_IF_ERROR(
+      CheckKnownKeys(root, path, "", {"server", "host", "device", "ssd", "metrics"}));
   auto section = [&](const char* name) -> Result<const toml::table*> {
     const toml::node* n = root.get(name);
     if (n == nullptr) return static_cast<const toml::table*>(nullptr);
@@ -204,10 +230,9 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   KVTIER_ASSIGN_OR_RETURN(const toml::table* ssd, section("ssd"));
   if (ssd != nullptr) {
     const toml::table& t = *ssd;
-    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
-        t, path, "ssd",
-        {"dir", "capacity", "policy", "direct_io", "io_threads", "queue", "write_through",
-         "prepare"}));
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(t, path, "ssd",
+                                          {"dir", "capacity", "policy", "direct_io", "io_threads",
+                                           "queue", "write_through", "prepare"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "dir", String(&c.ssd_dir)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "capacity", Bytes(&c.ssd_capacity_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "prepare", String(&c.ssd_prepare)));
@@ -216,6 +241,12 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "io_threads", Uint32(&c.ssd_io_threads)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "queue", Uint32(&c.ssd_queue)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "write_through", Bool(&c.ssd_write_through)));
+  }
+  KVTIER_ASSIGN_OR_RETURN(const toml::table* metrics, section("metrics"));
+  if (metrics != nullptr) {
+    const toml::table& t = *metrics;
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(t, path, "metrics", {"address"}));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "metrics", "address", String(&c.metrics_address)));
   }
   return c;
 }
@@ -232,7 +263,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   // unset flag leaves the file's value alone.
   std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
       device_mode, device_capacity, device_policy, ssd_capacity, ssd_policy, ssd_prepare;
-  std::optional<std::string> ssd_dir;
+  std::optional<std::string> ssd_dir, metrics_address;
   uint32_t ssd_io_threads = 0;
   uint32_t max_keys = 0, copy_threads = 0;
   std::optional<uint32_t> busy_poll_us;
@@ -262,7 +293,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--ssd-io-threads", ssd_io_threads, "threads doing ssd I/O [4]");
   app.add_flag("--ssd-write-through", write_through,
                "write every committed block to the ssd at once [write-back]");
-  app.set_version_flag("--version", "kvtierd 0.1.0");
+  app.add_option("--metrics-address", metrics_address,
+                 "Prometheus endpoint HOST:PORT, \"\" = off [127.0.0.1:9464]");
+  app.set_version_flag("--version", std::string("kvtierd ") + Version());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -316,6 +349,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (!ssd_prepare.empty()) c.ssd_prepare = ssd_prepare;
   if (ssd_io_threads != 0) c.ssd_io_threads = ssd_io_threads;
   if (write_through) c.ssd_write_through = true;
+  if (metrics_address) c.metrics_address = *metrics_address;
   if (Status s = c.Validate(); !s.ok()) return fail(s);
   return out;
 }

@@ -74,8 +74,22 @@ struct DaemonConfig {
   // block and disk space for blocks also in memory.
   bool ssd_write_through = false;
 
+  // [metrics]
+  // HOST:PORT of the Prometheus endpoint (GET /metrics); "" turns it off;
+  // port 0 picks a free one (logged at start). Loopback by default: the
+  // figures are not secret, but nothing outside the node needs them unless
+  // Prometheus runs elsewhere; then bind the node's address and firewall it.
+  std::string metrics_address = "127.0.0.1:9464";
+
   Status Validate() const;
 };
+
+// The version of kvtierd (--version, STATS "version", kvtier_build_info).
+const char* Version();
+
+// Checks a metrics address: "" (off) or "HOST:PORT" with PORT 0-65535
+// (0: any free port). InvalidArgument names what is wrong.
+Status ValidateMetricsAddress(const std::string& address);
 
 // Reads a TOML file over the defaults. InvalidArgument names the key and the
 // file for an unknown key, a wrong type or a bad value.

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <utility>
 
 namespace kvtier::daemon {
 
@@ -26,6 +27,26 @@ void Log(LogLevel level, std::string_view message) {
   line += '\n';
   // One write per line, so lines from several threads never interleave.
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+}
+
+void RateLimitedLog::Log(LogLevel level, std::string_view message) {
+  const auto now = std::chrono::steady_clock::now();
+  uint64_t held = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (logged_ && now - last_ < interval_) {
+      ++held_;
+      return;
+    }
+    logged_ = true;
+    last_ = now;
+    held = std::exchange(held_, 0);
+  }
+  if (held == 0) {
+    daemon::Log(level, message);
+  } else {
+    daemon::Log(level, Str(message, " (and ", held, " more like it since the last report)"));
+  }
 }
 
 }  // namespace kvtier::daemon

@@ -1,11 +1,14 @@
 // kvtierd: parses the configuration, builds the tiers and the engine, serves
 // the socket until SIGINT or SIGTERM, then tears down in reverse order.
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 
 #include "daemon/asio.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/server.h"
 #include "daemon/service.h"
 #include "tiers/cache_engine.h"
@@ -25,8 +28,8 @@ Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
   }
   std::unique_ptr<tiers::Tier> ssd;
   if (!c.ssd_dir.empty()) {
-    auto opened = tiers::NewSsdTier(
-        {c.ssd_dir, c.ssd_capacity_bytes, c.ssd_direct_io, c.ssd_prepare});
+    auto opened =
+        tiers::NewSsdTier({c.ssd_dir, c.ssd_capacity_bytes, c.ssd_direct_io, c.ssd_prepare});
     if (!opened) return opened.status().WithContext("ssd tier at " + c.ssd_dir);
     ssd = std::move(opened).value();
   }
@@ -54,6 +57,8 @@ void RunLoop(asio::io_context& io, std::chrono::microseconds busy_poll) {
 }
 
 int Run(const DaemonConfig& config) {
+  Log(LogLevel::kInfo, Str("kvtierd ", Version(), " starting, pid ", ::getpid()));
+  Log(LogLevel::kInfo, Str("gpu: ", tiers::DescribeGpus()));
   asio::io_context io(1);
   // Declared before the executor, so the executor (which joins its threads)
   // goes first at teardown, once every completion has run.
@@ -84,18 +89,38 @@ int Run(const DaemonConfig& config) {
     return 1;
   }
 
+  // After the socket, so a daemon that cannot start never holds the port.
+  std::unique_ptr<MetricsServer> metrics;
+  if (!config.metrics_address.empty()) {
+    auto started = MetricsServer::Start(
+        config.metrics_address,
+        [&io](std::function<void()> task) { asio::post(io, std::move(task)); },
+        [&service] { return service.Snapshot(); });
+    if (!started) {
+      Log(LogLevel::kError, started.status().ToString());
+      return 1;
+    }
+    metrics = std::move(started).value();
+  }
+
   const tiers::EngineStats stats = engine->Stats();
   const std::string* policies[] = {&config.device_policy, &config.host_policy, &config.ssd_policy};
   for (const tiers::TierStats& t : stats.tiers) {
     if (t.present) {
+      const bool is_ssd = t.kind == tiers::TierKind::kSsd;
       Log(LogLevel::kInfo,
-          Str("tier ", t.description, ", policy ", *policies[static_cast<size_t>(t.kind)]));
+          Str("tier ", t.description, ", policy ", *policies[static_cast<size_t>(t.kind)],
+              !is_ssd                    ? ""
+              : config.ssd_write_through ? ", write-through"
+                                         : ", write-back"));
     }
   }
   if (!stats.tiers[0].present) Log(LogLevel::kInfo, "tier device: off");
   if (!stats.tiers[2].present) Log(LogLevel::kInfo, "tier ssd: off");
   Log(LogLevel::kInfo, Str("listening on ", config.socket_path, " (mode 0", std::oct,
                            config.socket_mode, std::dec, ")"));
+  Log(LogLevel::kInfo, metrics ? Str("metrics on http://", metrics->address(), "/metrics")
+                               : std::string("metrics: off"));
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signo) {
@@ -106,6 +131,7 @@ int Run(const DaemonConfig& config) {
   (*server)->Start();
   // Returns once the server and every session have stopped.
   RunLoop(io, std::chrono::microseconds(config.busy_poll_us));
+  metrics.reset();  // no scrape may ask the engine's thread for anything now
 
   server->reset();
   copy_pool.join();

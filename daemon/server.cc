@@ -93,7 +93,7 @@ asio::awaitable<void> Server::Accept() {
         co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (stopping_ || ec == asio::error::operation_aborted) break;
-      Log(LogLevel::kWarn, Str("accept: ", ec.message()));
+      accept_log_.Log(LogLevel::kWarn, Str("accept: ", ec.message()));
       continue;
     }
     auto session = std::make_shared<Session>(std::move(socket), service_, config_);

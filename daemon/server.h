@@ -11,6 +11,7 @@
 
 #include "daemon/asio.h"
 #include "daemon/config.h"
+#include "daemon/log.h"
 #include "daemon/service.h"
 
 namespace kvtier::daemon {
@@ -46,6 +47,7 @@ class Server {
   std::string path_;
   std::list<std::weak_ptr<Session>> sessions_;
   bool stopping_ = false;
+  RateLimitedLog accept_log_;  // accept errors (out of fds) come in bursts
 };
 
 }  // namespace kvtier::daemon

@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "daemon/log.h"
@@ -156,6 +157,8 @@ asio::awaitable<void> Service::Copy(uint64_t bytes, F copy) {
 
 void Service::Malformed(const FrameHeader& header, const Status& error, Reply* reply) {
   ++protocol_errors_;
+  malformed_log_.Log(LogLevel::kWarn,
+                     Str("malformed frame; closing the connection: ", error.ToString()));
   protocol::EncodeError(header.opcode, header.request_id, error, &reply->frame);
   reply->close = true;
 }
@@ -163,6 +166,7 @@ void Service::Malformed(const FrameHeader& header, const Status& error, Reply* r
 asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
                                       protocol::Request& request, Reply* reply) {
   ++requests_;
+  const auto start = std::chrono::steady_clock::now();
   Status status;
   if (h.opcode != Opcode::kHello && !s.attached) {
     status = FailedPreconditionError("HELLO must be the first request of a connection");
@@ -176,8 +180,24 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
   } else {
     status = Dispatch(s, h, request, reply);
   }
+  ops_.Record(h.opcode, std::chrono::steady_clock::now() - start, status.ok());
   if (!status.ok()) {
     ++request_errors_;
+    const std::string line =
+        Str("session ", s.id, ": ", protocol::OpcodeName(h.opcode), " failed: ", status.ToString());
+    switch (status.code()) {
+      case StatusCode::kIoError:
+      case StatusCode::kCorruption:
+      case StatusCode::kInternal:
+        failed_log_.Log(LogLevel::kWarn, line);
+        break;
+      case StatusCode::kResourceExhausted:
+        full_log_.Log(LogLevel::kWarn, line);
+        break;
+      default:  // the worker's mistake: worth a line, not an alarm
+        rejected_log_.Log(LogLevel::kInfo, line);
+        break;
+    }
     reply->frame.clear();
     reply->fds.clear();
     protocol::EncodeError(h.opcode, h.request_id, status, &reply->frame);
@@ -383,55 +403,21 @@ asio::awaitable<Status> Service::Get(SessionState& s, const FrameHeader& h,
   co_return Status::Ok();
 }
 
+DaemonSnapshot Service::Snapshot() const {
+  DaemonSnapshot snap;
+  snap.engine = engine_.Stats();
+  snap.sessions = sessions_;
+  snap.sessions_opened = next_session_id_ - 1;
+  snap.requests = requests_;
+  snap.request_errors = request_errors_;
+  snap.protocol_errors = protocol_errors_;
+  snap.ops = ops_;
+  return snap;
+}
+
 void Service::StatsReply(const FrameHeader& h, Reply* reply) {
-  const tiers::EngineStats st = engine_.Stats();
   protocol::StatsReply rep;
-  auto add = [&](std::string name, auto value) {
-    rep.entries.emplace_back(std::move(name), Str(value));
-  };
-  add("sessions", sessions_);
-  add("requests", requests_);
-  add("request_errors", request_errors_);
-  add("protocol_errors", protocol_errors_);
-  add("namespaces", st.namespaces);
-  add("index_entries", st.index_entries);
-  add("index_bytes", st.index_bytes);
-  add("pending_blocks", st.pending_blocks);
-  add("open_allocations", st.open_allocations);
-  add("open_leases", st.open_leases);
-  add("lookups", st.lookups);
-  add("lookup_keys", st.lookup_keys);
-  add("lookup_hits", st.lookup_hits);
-  add("acquired_blocks", st.acquired_blocks);
-  add("committed_blocks", st.committed_blocks);
-  add("aborted_blocks", st.aborted_blocks);
-  add("dropped_blocks", st.dropped_blocks);
-  add("orphan_drops", st.orphan_drops);
-  add("removed_blocks", st.removed_blocks);
-  add("checksum_failures", st.checksum_failures);
-  add("io_errors", st.io_errors);
-  add("stale_records", st.stale_records);
-  add("demotions_dropped", st.demotions_dropped);
-  add("moves_in_flight", st.moves_in_flight);
-  add("ssd_paused", st.ssd_paused ? 1 : 0);
-  add("shadow_blocks", st.shadow_blocks);
-  add("write_through_skipped", st.write_through_skipped);
-  for (const tiers::TierStats& t : st.tiers) {
-    const std::string p = "tier." + std::string(tiers::TierKindName(t.kind)) + ".";
-    add(p + "present", t.present ? 1 : 0);
-    if (!t.present) continue;
-    add(p + "emulated", t.emulated ? 1 : 0);
-    add(p + "description", t.description);
-    add(p + "capacity_bytes", t.capacity_bytes);
-    add(p + "used_bytes", t.used_bytes);
-    add(p + "blocks", t.blocks);
-    add(p + "pinned_blocks", t.pinned_blocks);
-    add(p + "hits", t.hits);
-    add(p + "evictions", t.evictions);
-    add(p + "demotions_in", t.demotions_in);
-    add(p + "promotions_in", t.promotions_in);
-    add(p + "bytes_in", t.bytes_in);
-  }
+  rep.entries = StatsEntries(Snapshot());
   protocol::EncodeStatsReply(h.request_id, rep, &reply->frame);
 }
 

@@ -15,6 +15,8 @@
 
 #include "daemon/asio.h"
 #include "daemon/config.h"
+#include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "protocol/wire.h"
 #include "tiers/cache_engine.h"
 
@@ -59,6 +61,8 @@ class Service {
   void Malformed(const protocol::FrameHeader& header, const Status& error, Reply* reply);
 
   uint64_t sessions() const { return sessions_; }
+  // Every figure STATS and /metrics report, now.
+  DaemonSnapshot Snapshot() const;
 
  private:
   Status Hello(SessionState& s, const protocol::FrameHeader& h, const protocol::HelloRequest& r,
@@ -91,6 +95,9 @@ class Service {
   uint64_t requests_ = 0;
   uint64_t request_errors_ = 0;
   uint64_t protocol_errors_ = 0;
+  RequestStats ops_;
+  // One line per kind of trouble every 10 s, at most.
+  RateLimitedLog malformed_log_, failed_log_, full_log_, rejected_log_;
 };
 
 }  // namespace kvtier::daemon

@@ -20,6 +20,7 @@ packages=(
   fio                 # raw disk bandwidth, the peer of bench/ssd_vs_fio.sh
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  prometheus          # promtool and a real Prometheus server for the metrics tests
 )
 
 if [ "$(id -u)" -ne 0 ]; then

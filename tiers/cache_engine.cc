@@ -194,6 +194,7 @@ Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKe
     const EntryId id = index_.Find(ns, key);
     if (id == kNoEntry || !index_.visible(id)) break;
     result.tiers.push_back(blocks_[id].tier);
+    ++stats_.tiers[Index(blocks_[id].tier)].lookup_hits;
   }
   result.hits = result.tiers.size();
   ++stats_.lookups;
@@ -349,6 +350,7 @@ Lease CacheEngine::MakeLease(NamespaceId ns, std::vector<EntryId> run, TierKind 
   lease.locations_.reserve(run.size());
   for (EntryId id : run) lease.locations_.push_back(LocationOf(id));
   stats_.acquired_blocks += run.size();
+  stats_.acquired_tokens += run.size() * namespaces_[ns].layout.block_tokens;
   lease.engine_ = this;
   lease.id_ = next_handle_id_++;
   leases_.emplace(lease.id_, std::move(run));

@@ -110,6 +110,7 @@ struct TierStats {
   uint64_t blocks = 0;      // blocks in the tier (committed and pending)
   uint64_t pinned_blocks = 0;
   uint64_t hits = 0;           // acquired blocks found in this tier
+  uint64_t lookup_hits = 0;    // blocks found in this tier by lookups
   uint64_t evictions = 0;      // blocks moved out or dropped to make room
   uint64_t demotions_in = 0;   // blocks that arrived from the tier above
   uint64_t promotions_in = 0;  // blocks that arrived from the tier below
@@ -128,6 +129,7 @@ struct EngineStats {
   uint64_t lookup_keys = 0;
   uint64_t lookup_hits = 0;  // leading keys found by lookups
   uint64_t acquired_blocks = 0;
+  uint64_t acquired_tokens = 0;  // tokens of the acquired blocks: prefix tokens not recomputed
   uint64_t committed_blocks = 0;
   uint64_t aborted_blocks = 0;
   uint64_t dropped_blocks = 0;     // left the last tier (evicted or orphaned)

@@ -12,5 +12,6 @@ void AddPutCommand(CLI::App* app, int* exit_code);
 void AddGetCommand(CLI::App* app, int* exit_code);
 void AddBenchCommand(CLI::App* app, int* exit_code);
 void AddReplayCommand(CLI::App* app, int* exit_code);
+void AddPlanCommand(CLI::App* app, int* exit_code);
 
 }  // namespace kvtier::cli

@@ -1,5 +1,5 @@
-// kvtier: the command-line client of kvtierd (stats, lookup, put, get, bench)
-// and the replay tool.
+// kvtier: the command-line client of kvtierd (stats, lookup, put, get, bench),
+// the replay tool and the capacity planner.
 #include <CLI/CLI.hpp>
 
 #include "client/cli/commands.h"
@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   kvtier::cli::AddGetCommand(&app, &exit_code);
   kvtier::cli::AddBenchCommand(&app, &exit_code);
   kvtier::cli::AddReplayCommand(&app, &exit_code);
+  kvtier::cli::AddPlanCommand(&app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,9 +1,17 @@
-// kvtier stats: the daemon's STATS as an aligned table grouped by name
-// prefix ("tier.host.blocks" goes under "tier.host"), or as JSON.
+// kvtier stats: the daemon's figures (the same ones /metrics serves, from
+// the same snapshot) as tables for a person, as JSON for scripts, or
+// refreshed in place with --watch.
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <map>
 #include <memory>
+#include <optional>
+#include <thread>
 
 #include "client/cli/cli_common.h"
 #include "client/cli/commands.h"
@@ -17,11 +25,227 @@ using Entries = std::vector<std::pair<std::string, std::string>>;
 struct StatsOptions {
   ConnectFlags conn;
   bool json = false;
+  bool raw = false;
+  bool watch = false;
+  double interval_s = 2.0;
+  uint64_t count = 0;  // refreshes with --watch; 0 = until interrupted
 };
 
-// Groups in order of first appearance; names without a dot go under "daemon".
-std::vector<std::pair<std::string, Entries>> Group(const Entries& entries) {
+constexpr const char* kTiers[] = {"device", "host", "ssd"};
+constexpr const char* kOps[] = {"hello", "lookup",  "allocate", "commit",
+                                "abort", "acquire", "release",  "put",
+                                "get",   "remove",  "stats",    "set_retention"};
+
+// One STATS reply, looked up by name.
+class Figures {
+ public:
+  explicit Figures(const Entries& entries) : map_(entries.begin(), entries.end()) {}
+
+  std::string Text(const std::string& name) const {
+    auto it = map_.find(name);
+    return it == map_.end() ? "" : it->second;
+  }
+  uint64_t Num(const std::string& name) const {
+    const std::string v = Text(name);
+    uint64_t n = 0;
+    std::from_chars(v.data(), v.data() + v.size(), n);
+    return n;
+  }
+  // A comma-separated list of numbers ("latency_bounds_us", buckets).
+  std::vector<uint64_t> List(const std::string& name) const {
+    std::vector<uint64_t> out;
+    const std::string v = Text(name);
+    for (size_t at = 0; at < v.size();) {
+      size_t end = v.find(',', at);
+      if (end == std::string::npos) end = v.size();
+      uint64_t n = 0;
+      std::from_chars(v.data() + at, v.data() + end, n);
+      out.push_back(n);
+      at = end + 1;
+    }
+    return out;
+  }
+
+ private:
+  std::map<std::string, std::string> map_;
+};
+
+std::string Int(uint64_t n) {
+  std::string digits = std::to_string(n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) {
+    digits.insert(static_cast<size_t>(i), ",");
+  }
+  return digits;
+}
+
+std::string Percent(uint64_t part, uint64_t whole) {
+  if (whole == 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%",
+                100.0 * static_cast<double>(part) / static_cast<double>(whole));
+  return buf;
+}
+
+std::string Micros(double us) {
+  char buf[32];
+  if (us < 1000) {
+    std::snprintf(buf, sizeof buf, "%.0f us", us);
+  } else if (us < 1e6) {
+    std::snprintf(buf, sizeof buf, "%.2f ms", us / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f s", us / 1e6);
+  }
+  return buf;
+}
+
+// The q-quantile of a histogram (per-bucket counts; the last bucket is
+// above the last bound), interpolated inside its bucket as Prometheus's
+// histogram_quantile() does. "-" without samples.
+std::string Quantile(double q, const std::vector<uint64_t>& bounds_us,
+                     const std::vector<uint64_t>& counts) {
+  uint64_t total = 0;
+  for (uint64_t c : counts) total += c;
+  if (total == 0 || counts.size() != bounds_us.size() + 1) return "-";
+  const double rank = q * static_cast<double>(total);
+  uint64_t below = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (static_cast<double>(below + counts[i]) >= rank && counts[i] > 0) {
+      if (i == bounds_us.size()) return "> " + Micros(static_cast<double>(bounds_us.back()));
+      const double lo = i == 0 ? 0 : static_cast<double>(bounds_us[i - 1]);
+      const double hi = static_cast<double>(bounds_us[i]);
+      return Micros(lo + (hi - lo) * (rank - static_cast<double>(below)) /
+                             static_cast<double>(counts[i]));
+    }
+    below += counts[i];
+  }
+  return "-";
+}
+
+// Left-aligned columns, two spaces apart.
+class Table {
+ public:
+  void Row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  void Print() const {
+    std::vector<size_t> width;
+    for (const auto& r : rows_) {
+      width.resize(std::max(width.size(), r.size()));
+      for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+    }
+    for (const auto& r : rows_) {
+      std::string line;
+      for (size_t i = 0; i < r.size(); ++i) {
+        line += r[i];
+        if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 2, ' ');
+      }
+      std::printf("%s\n", line.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+void PrintTiers(const Figures& f) {
+  Table t;
+  t.Row({"tier", "capacity", "used", "blocks", "pinned", "lookup hits", "acquire hits", "evictions",
+         "demoted in", "promoted in", "moved in"});
+  for (const char* tier : kTiers) {
+    const std::string p = std::string("tier.") + tier + ".";
+    if (f.Num(p + "present") == 0) {
+      t.Row({tier, "off"});
+      continue;
+    }
+    const uint64_t capacity = f.Num(p + "capacity_bytes");
+    const uint64_t used = f.Num(p + "used_bytes");
+    t.Row({f.Num(p + "emulated") != 0 ? std::string(tier) + " (emulated)" : tier,
+           FormatBytes(capacity), FormatBytes(used) + " (" + Percent(used, capacity) + ")",
+           Int(f.Num(p + "blocks")), Int(f.Num(p + "pinned_blocks")), Int(f.Num(p + "lookup_hits")),
+           Int(f.Num(p + "hits")), Int(f.Num(p + "evictions")), Int(f.Num(p + "demotions_in")),
+           Int(f.Num(p + "promotions_in")), FormatBytes(f.Num(p + "bytes_in"))});
+  }
+  t.Print();
+}
+
+void PrintTotals(const Figures& f) {
+  const uint64_t asked = f.Num("lookup_keys");
+  const uint64_t hit = f.Num("lookup_hits");
+  Table t;
+  t.Row({"lookups", Int(f.Num("lookups")) + ": " + Int(asked) + " blocks asked, " + Int(hit) +
+                        " hit (" + Percent(hit, asked) + "), " + Int(asked - std::min(hit, asked)) +
+                        " missed"});
+  t.Row({"reads", Int(f.Num("acquired_blocks")) + " blocks acquired = " +
+                      Int(f.Num("prefix_tokens_saved")) + " prefix tokens saved"});
+  t.Row({"writes", Int(f.Num("committed_blocks")) + " committed, " + Int(f.Num("aborted_blocks")) +
+                       " aborted, " + Int(f.Num("removed_blocks")) + " removed; " +
+                       Int(f.Num("pending_blocks")) + " being written"});
+  t.Row({"dropped", Int(f.Num("dropped_blocks")) + " left the last tier (" +
+                        Int(f.Num("orphan_drops")) + " orphans), " +
+                        Int(f.Num("demotions_dropped")) + " dropped instead of demoted"});
+  t.Row({"errors", Int(f.Num("checksum_failures")) + " checksum, " + Int(f.Num("io_errors")) +
+                       " I/O, " + Int(f.Num("protocol_errors")) + " malformed frames, " +
+                       Int(f.Num("request_errors")) + " failed requests" +
+                       (f.Num("ssd_paused") != 0 ? "; SSD PAUSED after an error" : "")});
+  t.Print();
+}
+
+// Per operation: requests, errors and latency quantiles, either since the
+// start or (with `before`, a sample `seconds` older) over the interval.
+void PrintOps(const Figures& f, const Figures* before, double seconds) {
+  const std::vector<uint64_t> bounds = f.List("latency_bounds_us");
+  Table t;
+  t.Row({"op", before ? "req/s" : "requests", "errors", "p50", "p99", "mean"});
+  bool any = false;
+  for (const char* op : kOps) {
+    const std::string p = std::string("op.") + op + ".";
+    uint64_t requests = f.Num(p + "requests");
+    uint64_t errors = f.Num(p + "errors");
+    uint64_t sum_us = f.Num(p + "latency_sum_us");
+    std::vector<uint64_t> counts = f.List(p + "latency_buckets");
+    if (before != nullptr) {
+      requests -= std::min(requests, before->Num(p + "requests"));
+      errors -= std::min(errors, before->Num(p + "errors"));
+      sum_us -= std::min(sum_us, before->Num(p + "latency_sum_us"));
+      const std::vector<uint64_t> old = before->List(p + "latency_buckets");
+      for (size_t i = 0; i < counts.size() && i < old.size(); ++i) {
+        counts[i] -= std::min(counts[i], old[i]);
+      }
+    }
+    if (requests == 0) continue;
+    any = true;
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%.1f", static_cast<double>(requests) / seconds);
+    t.Row({op, before ? rate : Int(requests), Int(errors), Quantile(0.5, bounds, counts),
+           Quantile(0.99, bounds, counts),
+           Micros(static_cast<double>(sum_us) / static_cast<double>(requests))});
+  }
+  if (any) {
+    t.Print();
+  } else {
+    std::printf("no requests%s\n", before ? " in this interval" : " yet");
+  }
+}
+
+void PrintHuman(const Entries& entries, const Entries* previous, double seconds) {
+  const Figures f(entries);
+  std::optional<Figures> before;
+  if (previous != nullptr) before.emplace(*previous);
+  std::printf(
+      "kvtierd %s   sessions %s (%s opened)   namespaces %s   leases %s   open writes %s\n\n",
+      f.Text("version").c_str(), Int(f.Num("sessions")).c_str(),
+      Int(f.Num("sessions_opened")).c_str(), Int(f.Num("namespaces")).c_str(),
+      Int(f.Num("open_leases")).c_str(), Int(f.Num("open_allocations")).c_str());
+  PrintTiers(f);
+  std::printf("\n");
+  PrintTotals(f);
+  std::printf("\n");
+  PrintOps(f, before ? &*before : nullptr, seconds);
+}
+
+// Every entry as it came, grouped by name prefix ("tier.host.blocks" under
+// "tier.host"); names without a dot go under "daemon".
+void PrintRaw(const Entries& entries) {
   std::vector<std::pair<std::string, Entries>> groups;
+  size_t width = 0;
   for (const auto& [name, value] : entries) {
     const size_t dot = name.rfind('.');
     const std::string group = dot == std::string::npos ? "daemon" : name.substr(0, dot);
@@ -29,29 +253,19 @@ std::vector<std::pair<std::string, Entries>> Group(const Entries& entries) {
     auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == group; });
     if (it == groups.end()) it = groups.insert(groups.end(), {group, {}});
     it->second.emplace_back(leaf, value);
+    width = std::max(width, leaf.size());
   }
-  return groups;
-}
-
-// "67108864 (64.0 MiB)" for byte counts, the value as is otherwise.
-std::string Pretty(const std::string& name, const std::string& value) {
-  const bool bytes = name.size() > 6 && name.ends_with("_bytes");
-  uint64_t n = 0;
-  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-  if (!bytes || ec != std::errc() || ptr != value.data() + value.size() || n < 1024) return value;
-  return value + " (" + FormatBytes(n) + ")";
-}
-
-void PrintTable(const Entries& entries) {
-  size_t width = 0;
-  for (const auto& [group, rows] : Group(entries)) {
-    for (const auto& row : rows) width = std::max(width, row.first.size());
-  }
-  for (const auto& [group, rows] : Group(entries)) {
+  for (const auto& [group, rows] : groups) {
     std::printf("%s\n", group.c_str());
     for (const auto& [name, value] : rows) {
-      std::printf("  %-*s  %s\n", static_cast<int>(width), name.c_str(),
-                  Pretty(name, value).c_str());
+      std::string shown = value;
+      uint64_t n = 0;
+      const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (name.ends_with("_bytes") && ec == std::errc() && ptr == value.data() + value.size() &&
+          n >= 1024) {
+        shown += " (" + FormatBytes(n) + ")";
+      }
+      std::printf("  %-*s  %s\n", static_cast<int>(width), name.c_str(), shown.c_str());
     }
   }
 }
@@ -59,12 +273,43 @@ void PrintTable(const Entries& entries) {
 int RunStats(const StatsOptions& o) {
   auto c = Connect(o.conn, /*map_arenas=*/false);
   if (!c.ok()) return Fail(c.status());
-  auto stats = (*c)->Stats();
-  if (!stats.ok()) return Fail(stats.status());
-  if (o.json) {
-    std::printf("%s\n", client::internal::StatsJson(*stats, /*pretty=*/true).c_str());
-  } else {
-    PrintTable(*stats);
+  const bool tty = ::isatty(STDOUT_FILENO) != 0;
+  const auto interval = std::chrono::duration<double>(std::max(0.1, o.interval_s));
+  std::optional<Entries> previous;
+  auto previous_at = std::chrono::steady_clock::now();
+  for (uint64_t n = 0; !o.watch || o.count == 0 || n < o.count; ++n) {
+    if (n > 0) std::this_thread::sleep_for(interval);
+    auto stats = (*c)->Stats();
+    if (!stats.ok()) return Fail(stats.status());
+    const auto now = std::chrono::steady_clock::now();
+    if (o.json) {
+      // With --watch, one object per line (JSON Lines) for a script to follow.
+      std::printf("%s\n", client::internal::StatsJson(*stats, /*pretty=*/!o.watch).c_str());
+    } else {
+      if (o.watch) {
+        // Clear the terminal and redraw; into a pipe, frames follow each other.
+        if (tty) {
+          std::printf("\x1b[H\x1b[2J");
+        } else if (n > 0) {
+          std::printf("\n");
+        }
+        const std::time_t t = std::time(nullptr);
+        char stamp[32];
+        std::strftime(stamp, sizeof stamp, "%H:%M:%S", std::localtime(&t));
+        std::printf("every %.1f s, %s%s\n", interval.count(), stamp,
+                    previous ? "; requests over the last interval" : "; requests since start");
+      }
+      if (o.raw) {
+        PrintRaw(*stats);
+      } else {
+        const double seconds = std::chrono::duration<double>(now - previous_at).count();
+        PrintHuman(*stats, previous ? &*previous : nullptr, seconds);
+      }
+    }
+    std::fflush(stdout);
+    previous = std::move(stats).value();
+    previous_at = now;
+    if (!o.watch) break;
   }
   return 0;
 }
@@ -72,10 +317,17 @@ int RunStats(const StatsOptions& o) {
 }  // namespace
 
 void AddStatsCommand(CLI::App* app, int* exit_code) {
-  auto* sub = app->add_subcommand("stats", "the daemon's counters and settings");
+  auto* sub = app->add_subcommand(
+      "stats", "the daemon's figures: tiers, hits, moves, errors, latency per operation");
   auto o = std::make_shared<StatsOptions>();
   AddConnectFlags(sub, &o->conn);
-  sub->add_flag("--json", o->json, "print a JSON object");
+  sub->add_flag("--json", o->json, "print a JSON object (one per line with --watch)");
+  sub->add_flag("--raw", o->raw, "print every STATS entry as it comes, grouped by name");
+  sub->add_flag("--watch", o->watch, "refresh every --interval seconds until interrupted");
+  sub->add_option("--interval", o->interval_s, "seconds between refreshes with --watch")
+      ->capture_default_str();
+  sub->add_option("--count", o->count, "with --watch: stop after N refreshes (0 = never)")
+      ->capture_default_str();
   sub->callback([o, exit_code] { *exit_code = RunStats(*o); });
 }
 

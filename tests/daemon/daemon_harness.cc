@@ -56,8 +56,9 @@ std::unique_ptr<Daemon> Daemon::Start(std::vector<std::string> args, const std::
   d->socket_ = socket.empty() ? d->dir_ + "/kvtierd.sock" : socket;
   // Test defaults, unless the caller sets the flag itself.
   std::vector<std::string> all = {"--socket", d->socket_, "--no-reserve-memory"};
-  for (const auto& [flag, value] : {std::pair{"--host-capacity", "64MiB"},
-                                    std::pair{"--host-slab", "4MiB"}, std::pair{"--ssd-dir", ""}}) {
+  for (const auto& [flag, value] :
+       {std::pair{"--host-capacity", "64MiB"}, std::pair{"--host-slab", "4MiB"},
+        std::pair{"--ssd-dir", ""}, std::pair{"--metrics-address", ""}}) {
     if (std::find(args.begin(), args.end(), flag) == args.end()) {
       all.push_back(flag);
       all.push_back(value);

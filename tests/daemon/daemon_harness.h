@@ -17,8 +17,9 @@ namespace kvtier::testing {
 class Daemon {
  public:
   // Starts kvtierd with `args` added to a small test configuration (64 MiB
-  // host tier, memory not reserved) on `socket` (a fresh one if empty). Null
-  // on failure (the reason is printed).
+  // host tier, memory not reserved, no ssd tier, metrics off: pass
+  // {"--metrics-address", "127.0.0.1:0"} for them) on `socket` (a fresh one
+  // if empty). Null on failure (the reason is printed).
   static std::unique_ptr<Daemon> Start(std::vector<std::string> args = {},
                                        const std::string& socket = "");
   ~Daemon();

@@ -36,7 +36,7 @@ c++ -o "$work/consumer_c" "$work/consumer_c.o" $(PKG_CONFIG_PATH="$pc" pkg-confi
 # The installed daemon, on a socket of our own.
 sock="$work/kvtierd.sock"
 "$prefix/bin/kvtierd" --config "$prefix/etc/kvtier/kvtierd.toml" --socket "$sock" \
-  --host-capacity 16MiB --no-reserve-memory --ssd-dir "" \
+  --host-capacity 16MiB --no-reserve-memory --ssd-dir "" --metrics-address "" \
   >"$work/kvtierd.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 100); do [[ -S "$sock" ]] && break; sleep 0.05; done

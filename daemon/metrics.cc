@@ -1,0 +1,386 @@
+#include "daemon/metrics.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+#include <cctype>
+#include <future>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <sstream>
+
+#include "daemon/config.h"
+
+namespace kvtier::daemon {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using protocol::Opcode;
+using tiers::TierStats;
+
+// How long a scrape waits for the engine's thread to take a snapshot.
+constexpr auto kSnapshotWait = std::chrono::seconds(3);
+
+Opcode OpAt(size_t i) { return static_cast<Opcode>(i + 1); }
+
+template <typename T>
+std::string Text(T value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+// Builds metric families in the order added: one per name, with its samples.
+class Families {
+ public:
+  explicit Families(const DaemonSnapshot& s) : s_(s) {}
+
+  void Scalar(const char* name, MetricType type, const char* help, double value) {
+    MetricFamily& f = Add(name, type, help);
+    f.metric.push_back(Sample(type, value, {}));
+  }
+
+  // One sample per present tier, labelled tier="device|host|ssd".
+  template <typename F>
+  void PerTier(const char* name, MetricType type, const char* help, F value) {
+    MetricFamily& f = Add(name, type, help);
+    for (const TierStats& t : s_.engine.tiers) {
+      if (!t.present) continue;
+      f.metric.push_back(Sample(type, static_cast<double>(value(t)),
+                                {{"tier", std::string(tiers::TierKindName(t.kind))}}));
+    }
+  }
+
+  // One sample per operation, labelled op="lookup" etc.
+  template <typename F>
+  void PerOp(const char* name, MetricType type, const char* help, F value) {
+    MetricFamily& f = Add(name, type, help);
+    for (size_t i = 0; i < kNumOpcodes; ++i) {
+      f.metric.push_back(
+          Sample(type, static_cast<double>(value(s_.ops.of(OpAt(i)))), {{"op", OpLabel(OpAt(i))}}));
+    }
+  }
+
+  void LatencyHistogram(const char* name, const char* help) {
+    MetricFamily& f = Add(name, MetricType::Histogram, help);
+    for (size_t i = 0; i < kNumOpcodes; ++i) {
+      const OpStats& op = s_.ops.of(OpAt(i));
+      ClientMetric m;
+      m.label = {{"op", OpLabel(OpAt(i))}};
+      m.histogram.sample_count = op.requests;
+      m.histogram.sample_sum = static_cast<double>(op.latency_sum_ns) / 1e9;
+      uint64_t cumulative = 0;
+      for (size_t b = 0; b < kLatencyBoundsNs.size(); ++b) {
+        cumulative += op.buckets[b];
+        m.histogram.bucket.push_back({cumulative, static_cast<double>(kLatencyBoundsNs[b]) / 1e9});
+      }
+      m.histogram.bucket.push_back({op.requests, std::numeric_limits<double>::infinity()});
+      f.metric.push_back(std::move(m));
+    }
+  }
+
+  std::vector<MetricFamily> Take() { return std::move(families_); }
+
+ private:
+  MetricFamily& Add(const char* name, MetricType type, const char* help) {
+    families_.push_back(MetricFamily{name, help, type, {}});
+    return families_.back();
+  }
+  static ClientMetric Sample(MetricType type, double value,
+                             std::vector<ClientMetric::Label> labels) {
+    ClientMetric m;
+    m.label = std::move(labels);
+    if (type == MetricType::Counter) {
+      m.counter.value = value;
+    } else {
+      m.gauge.value = value;
+    }
+    return m;
+  }
+
+  const DaemonSnapshot& s_;
+  std::vector<MetricFamily> families_;
+};
+
+std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
+  constexpr MetricType kCounter = MetricType::Counter;
+  constexpr MetricType kGauge = MetricType::Gauge;
+  const tiers::EngineStats& e = s.engine;
+  Families f(s);
+  // First: BuildFamilies labels it with the version below.
+  f.Scalar("kvtier_build_info", kGauge, "Always 1; the version label says which kvtierd runs", 1);
+  // Requests.
+  f.LatencyHistogram("kvtier_request_duration_seconds",
+                     "Time from a decoded request to its encoded reply, per operation");
+  f.PerOp("kvtier_request_errors_total", kCounter, "Requests answered with an error, per operation",
+          [](const OpStats& o) { return o.errors; });
+  f.Scalar("kvtier_protocol_errors_total", kCounter, "Malformed frames; each closed its connection",
+           static_cast<double>(s.protocol_errors));
+  // Sessions, leases, open writes.
+  f.Scalar("kvtier_sessions", kGauge, "Worker connections open now",
+           static_cast<double>(s.sessions));
+  f.Scalar("kvtier_sessions_opened_total", kCounter, "Worker connections accepted since start",
+           static_cast<double>(s.sessions_opened));
+  f.Scalar("kvtier_leases", kGauge, "Read leases held now (pinned blocks being read)",
+           static_cast<double>(e.open_leases));
+  f.Scalar("kvtier_allocations", kGauge, "Writes allocated and not yet committed or aborted",
+           static_cast<double>(e.open_allocations));
+  f.Scalar("kvtier_pending_blocks", kGauge, "Blocks allocated and not yet committed",
+           static_cast<double>(e.pending_blocks));
+  f.Scalar("kvtier_namespaces", kGauge, "Namespaces registered", static_cast<double>(e.namespaces));
+  f.Scalar("kvtier_index_entries", kGauge, "Blocks in the prefix index, all tiers",
+           static_cast<double>(e.index_entries));
+  f.Scalar("kvtier_index_bytes", kGauge, "Memory of the prefix index",
+           static_cast<double>(e.index_bytes));
+  // Lookups and hits.
+  f.Scalar("kvtier_lookups_total", kCounter, "LOOKUP requests served",
+           static_cast<double>(e.lookups));
+  f.Scalar("kvtier_lookup_blocks_total", kCounter, "Blocks (keys) asked for by lookups",
+           static_cast<double>(e.lookup_keys));
+  f.PerTier("kvtier_lookup_hit_blocks_total", kCounter,
+            "Blocks of a looked-up prefix found, by the tier they were in",
+            [](const TierStats& t) { return t.lookup_hits; });
+  {
+    // Misses at each level of the hierarchy: looked-up blocks found neither
+    // in this tier nor in a faster one (the last tier's: found nowhere).
+    uint64_t found = 0;
+    std::array<uint64_t, tiers::kNumTierKinds> missed{};
+    for (const TierStats& t : e.tiers) {
+      found += t.lookup_hits;
+      missed[static_cast<size_t>(t.kind)] = e.lookup_keys - std::min(found, e.lookup_keys);
+    }
+    f.PerTier("kvtier_lookup_missed_blocks_total", kCounter,
+              "Looked-up blocks found neither in this tier nor in a faster one",
+              [&](const TierStats& t) { return missed[static_cast<size_t>(t.kind)]; });
+  }
+  f.PerTier("kvtier_acquire_hit_blocks_total", kCounter,
+            "Blocks found by ACQUIRE and GET, by the tier they were in before any promotion",
+            [](const TierStats& t) { return t.hits; });
+  f.Scalar("kvtier_acquired_blocks_total", kCounter, "Blocks handed to workers in read leases",
+           static_cast<double>(e.acquired_blocks));
+  f.Scalar("kvtier_prefix_tokens_saved_total", kCounter,
+           "Prompt tokens whose KV was read from the cache instead of recomputed",
+           static_cast<double>(e.acquired_tokens));
+  // Writes.
+  f.Scalar("kvtier_committed_blocks_total", kCounter, "Blocks written and published",
+           static_cast<double>(e.committed_blocks));
+  f.Scalar("kvtier_aborted_blocks_total", kCounter, "Blocks allocated, then aborted",
+           static_cast<double>(e.aborted_blocks));
+  f.Scalar("kvtier_removed_blocks_total", kCounter, "Blocks removed by REMOVE",
+           static_cast<double>(e.removed_blocks));
+  // Tiers.
+  f.PerTier("kvtier_tier_capacity_bytes", kGauge, "Configured capacity of the tier",
+            [](const TierStats& t) { return t.capacity_bytes; });
+  f.PerTier("kvtier_tier_used_bytes", kGauge, "Slot bytes reserved by the tier's blocks",
+            [](const TierStats& t) { return t.used_bytes; });
+  f.PerTier("kvtier_tier_blocks", kGauge, "Blocks in the tier, committed and being written",
+            [](const TierStats& t) { return t.blocks; });
+  f.PerTier("kvtier_tier_pinned_blocks", kGauge, "Blocks in the tier pinned by leases or writes",
+            [](const TierStats& t) { return t.pinned_blocks; });
+  // Movement.
+  f.PerTier("kvtier_evictions_total", kCounter,
+            "Blocks evicted from the tier to make room (demoted or dropped)",
+            [](const TierStats& t) { return t.evictions; });
+  f.PerTier("kvtier_demotions_total", kCounter, "Blocks that arrived in the tier from a faster one",
+            [](const TierStats& t) { return t.demotions_in; });
+  f.PerTier("kvtier_promotions_total", kCounter,
+            "Blocks that arrived in the tier from a slower one",
+            [](const TierStats& t) { return t.promotions_in; });
+  f.PerTier("kvtier_moved_bytes_total", kCounter,
+            "Bytes copied into the tier by demotions and promotions",
+            [](const TierStats& t) { return t.bytes_in; });
+  f.Scalar("kvtier_dropped_blocks_total", kCounter,
+           "Blocks that left the last tier (evicted, or orphaned by a dropped parent)",
+           static_cast<double>(e.dropped_blocks));
+  f.Scalar("kvtier_orphan_dropped_blocks_total", kCounter,
+           "Dropped blocks that went because an ancestor went (they could never hit again)",
+           static_cast<double>(e.orphan_drops));
+  f.Scalar("kvtier_demotions_dropped_total", kCounter,
+           "Evicted blocks dropped instead of demoted (no room, I/O queue full, SSD paused)",
+           static_cast<double>(e.demotions_dropped));
+  f.Scalar("kvtier_moves_in_flight", kGauge, "Asynchronous moves to or from the SSD under way",
+           static_cast<double>(e.moves_in_flight));
+  // Errors and the SSD tier.
+  f.Scalar("kvtier_checksum_failures_total", kCounter,
+           "Blocks read back with a wrong checksum: dropped, never served",
+           static_cast<double>(e.checksum_failures));
+  f.Scalar("kvtier_io_errors_total", kCounter, "Failed reads and writes of the SSD tier",
+           static_cast<double>(e.io_errors));
+  f.Scalar("kvtier_ssd_paused", kGauge, "1 while demotions to the SSD are paused after an error",
+           e.ssd_paused ? 1 : 0);
+  f.Scalar("kvtier_ssd_stale_records_total", kCounter,
+           "SSD index records left behind because the I/O queue was full (harmless)",
+           static_cast<double>(e.stale_records));
+  f.Scalar("kvtier_ssd_shadow_blocks", kGauge,
+           "Write-through copies on the SSD of blocks that live in memory",
+           static_cast<double>(e.shadow_blocks));
+  f.Scalar("kvtier_ssd_write_through_skipped_total", kCounter,
+           "Committed blocks not written through (SSD full or paused)",
+           static_cast<double>(e.write_through_skipped));
+  std::vector<MetricFamily> out = f.Take();
+  out.front().metric.front().label = {{"version", Version()}};
+  return out;
+}
+
+// Collected at each scrape, on the HTTP server's thread.
+class Collector : public prometheus::Collectable {
+ public:
+  Collector(MetricsServer::Post post, MetricsServer::Snapshot snapshot)
+      : post_(std::move(post)), snapshot_(std::move(snapshot)) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    auto promise = std::make_shared<std::promise<DaemonSnapshot>>();
+    std::future<DaemonSnapshot> future = promise->get_future();
+    // The task may run after this scrape gave up; it owns what it touches.
+    post_([promise, snapshot = snapshot_] { promise->set_value(snapshot()); });
+    std::lock_guard lock(mutex_);
+    if (future.wait_for(kSnapshotWait) == std::future_status::ready) last_ = future.get();
+    if (!last_) return {};
+    return BuildFamilies(*last_);
+  }
+
+ private:
+  MetricsServer::Post post_;
+  MetricsServer::Snapshot snapshot_;
+  mutable std::mutex mutex_;
+  mutable std::optional<DaemonSnapshot> last_;  // guarded by mutex_
+};
+
+void Add(std::vector<std::pair<std::string, std::string>>* out, std::string name,
+         const std::string& value) {
+  out->emplace_back(std::move(name), value);
+}
+
+}  // namespace
+
+void RequestStats::Record(Opcode op, std::chrono::nanoseconds latency, bool ok) {
+  const size_t i = Index(op);
+  if (i >= ops_.size()) return;
+  OpStats& s = ops_[i];
+  ++s.requests;
+  if (!ok) ++s.errors;
+  const auto ns = static_cast<uint64_t>(std::max<int64_t>(0, latency.count()));
+  s.latency_sum_ns += ns;
+  const auto* b = std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns);
+  ++s.buckets[static_cast<size_t>(b - kLatencyBoundsNs.begin())];
+}
+
+std::string OpLabel(Opcode op) {
+  std::string name(protocol::OpcodeName(op));
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapshot& s) {
+  const tiers::EngineStats& st = s.engine;
+  std::vector<std::pair<std::string, std::string>> out;
+  auto add = [&](std::string name, auto value) { Add(&out, std::move(name), Text(value)); };
+  add("version", Version());
+  add("sessions", s.sessions);
+  add("sessions_opened", s.sessions_opened);
+  add("requests", s.requests);
+  add("request_errors", s.request_errors);
+  add("protocol_errors", s.protocol_errors);
+  add("namespaces", st.namespaces);
+  add("index_entries", st.index_entries);
+  add("index_bytes", st.index_bytes);
+  add("pending_blocks", st.pending_blocks);
+  add("open_allocations", st.open_allocations);
+  add("open_leases", st.open_leases);
+  add("lookups", st.lookups);
+  add("lookup_keys", st.lookup_keys);
+  add("lookup_hits", st.lookup_hits);
+  add("acquired_blocks", st.acquired_blocks);
+  add("prefix_tokens_saved", st.acquired_tokens);
+  add("committed_blocks", st.committed_blocks);
+  add("aborted_blocks", st.aborted_blocks);
+  add("dropped_blocks", st.dropped_blocks);
+  add("orphan_drops", st.orphan_drops);
+  add("removed_blocks", st.removed_blocks);
+  add("checksum_failures", st.checksum_failures);
+  add("io_errors", st.io_errors);
+  add("stale_records", st.stale_records);
+  add("demotions_dropped", st.demotions_dropped);
+  add("moves_in_flight", st.moves_in_flight);
+  add("ssd_paused", st.ssd_paused ? 1 : 0);
+  add("shadow_blocks", st.shadow_blocks);
+  add("write_through_skipped", st.write_through_skipped);
+  for (const TierStats& t : st.tiers) {
+    const std::string p = "tier." + std::string(tiers::TierKindName(t.kind)) + ".";
+    add(p + "present", t.present ? 1 : 0);
+    if (!t.present) continue;
+    add(p + "emulated", t.emulated ? 1 : 0);
+    add(p + "description", t.description);
+    add(p + "capacity_bytes", t.capacity_bytes);
+    add(p + "used_bytes", t.used_bytes);
+    add(p + "blocks", t.blocks);
+    add(p + "pinned_blocks", t.pinned_blocks);
+    add(p + "lookup_hits", t.lookup_hits);
+    add(p + "hits", t.hits);
+    add(p + "evictions", t.evictions);
+    add(p + "demotions_in", t.demotions_in);
+    add(p + "promotions_in", t.promotions_in);
+    add(p + "bytes_in", t.bytes_in);
+  }
+  // Latency histograms: the bucket bounds once, then per operation its
+  // counts per bucket (not cumulative; the last is above the last bound),
+  // so a reader can compute quantiles over any interval from two samples.
+  std::string bounds;
+  for (uint64_t b : kLatencyBoundsNs) bounds += (bounds.empty() ? "" : ",") + Text(b / 1000);
+  add("latency_bounds_us", bounds);
+  for (size_t i = 0; i < kNumOpcodes; ++i) {
+    const OpStats& o = s.ops.of(OpAt(i));
+    const std::string p = "op." + OpLabel(OpAt(i)) + ".";
+    add(p + "requests", o.requests);
+    add(p + "errors", o.errors);
+    add(p + "latency_sum_us", o.latency_sum_ns / 1000);
+    std::string buckets;
+    for (uint64_t c : o.buckets) buckets += (buckets.empty() ? "" : ",") + Text(c);
+    add(p + "latency_buckets", buckets);
+  }
+  return out;
+}
+
+struct MetricsServer::Impl {
+  // The collector outlives the exposer, which holds it weakly.
+  std::shared_ptr<Collector> collector;
+  std::unique_ptr<prometheus::Exposer> exposer;
+};
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& address, Post post,
+                                                            Snapshot snapshot) {
+  KVTIER_RETURN_IF_ERROR(ValidateMetricsAddress(address));
+  if (address.empty()) return InvalidArgumentError("metrics are off (empty address)");
+  auto impl = std::make_unique<Impl>();
+  impl->collector = std::make_shared<Collector>(std::move(post), std::move(snapshot));
+  try {
+    impl->exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return UnavailableError("cannot serve metrics on " + address + ": " + e.what() +
+                            " (is the port taken? [metrics] address = \"\" turns metrics off)");
+  }
+  impl->exposer->RegisterCollectable(impl->collector);
+  std::string bound = address;
+  const std::vector<int> ports = impl->exposer->GetListeningPorts();
+  if (!ports.empty()) bound = address.substr(0, address.rfind(':') + 1) + Text(ports.front());
+  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl), std::move(bound)));
+}
+
+MetricsServer::MetricsServer(std::unique_ptr<Impl> impl, std::string address)
+    : impl_(std::move(impl)), address_(std::move(address)) {}
+
+MetricsServer::~MetricsServer() {
+  if (impl_) impl_->exposer.reset();  // first: no scrape may run past here
+}
+
+std::string ExpositionText(const DaemonSnapshot& snapshot) {
+  return prometheus::TextSerializer().Serialize(BuildFamilies(snapshot));
+}
+
+}  // namespace kvtier::daemon

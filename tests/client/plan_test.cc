@@ -1,0 +1,102 @@
+// kvtier plan: the capacity figures an operator sizes a node by, checked
+// against hand-computed ones (GB = 10^9 bytes; 128k = 128,000 tokens).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace kvtier::cli {
+namespace {
+
+struct Output {
+  int exit_code = -1;
+  std::string text;
+};
+
+Output RunPlan(const std::string& args) {
+  const std::string cmd = std::string(KVTIER_CLI_PATH) + " plan " + args + " 2>&1";
+  Output out;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out.text += buf;
+  const int status = ::pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+// The line of the context-length table for `tokens` ("128,000"), or "".
+std::string Row(const std::string& text, const std::string& tokens) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("  " + tokens + " ", 0) == 0) return line;
+  }
+  return "";
+}
+
+bool Has(const std::string& line, const std::string& what) {
+  return line.find(what) != std::string::npos;
+}
+
+constexpr const char* k70B = "--layers 80 --head-dim 128 --dtype fp16";
+
+TEST(CapacityPlanTest, SixtyFourKvHeadsMatchTheHandComputedFigures) {
+  const Output o = RunPlan(std::string(k70B) + " --kv-heads 64");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_TRUE(Has(o.text, "KV per token: 2.62 MB (2,621,440 bytes)")) << o.text;
+  EXPECT_TRUE(Has(Row(o.text, "1,000"), " 2.6 GB")) << o.text;
+  EXPECT_TRUE(Has(Row(o.text, "16,000"), " 41.9 GB")) << o.text;
+  EXPECT_TRUE(Has(Row(o.text, "64,000"), " 167.8 GB")) << o.text;
+  EXPECT_TRUE(Has(Row(o.text, "128,000"), " 335.5 GB")) << o.text;
+}
+
+TEST(CapacityPlanTest, GroupedQueryAttentionShrinksTheCacheByTheHeadRatio) {
+  const Output eight = RunPlan(std::string(k70B) + " --kv-heads 8");
+  ASSERT_EQ(eight.exit_code, 0) << eight.text;
+  EXPECT_TRUE(Has(Row(eight.text, "128,000"), " 41.9 GB")) << eight.text;
+  const Output one = RunPlan(std::string(k70B) + " --kv-heads 1");
+  ASSERT_EQ(one.exit_code, 0) << one.text;
+  EXPECT_TRUE(Has(Row(one.text, "128,000"), " 5.2 GB")) << one.text;
+}
+
+TEST(CapacityPlanTest, TierCapacitiesGiveBlocksTokensAndTheContextThatFits) {
+  // 5,242,880-byte blocks (8 KV heads, 16 tokens): 1 GB holds 190 of them.
+  const Output o = RunPlan(std::string(k70B) +
+                           " --kv-heads 8 --host-capacity 1GB --ssd-capacity 0 --tokens 3k,4k");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_TRUE(Has(o.text, "KV per block: 5.24 MB (5,242,880 bytes)")) << o.text;
+  EXPECT_TRUE(Has(o.text, "longest context that fits: 3,040 tokens")) << o.text;
+  EXPECT_TRUE(Has(Row(o.text, "3,000"), "host")) << o.text;
+  EXPECT_TRUE(Has(Row(o.text, "4,000"), "does not fit")) << o.text;
+}
+
+TEST(CapacityPlanTest, CapacitiesComeFromAKvtierdConfigFile) {
+  char tmpl[] = "/tmp/kvtier-plan-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string path = dir + "/kvtierd.toml";
+  std::ofstream(path) << "[host]\ncapacity = \"2GB\"\n[ssd]\ndir = \"\"\n";
+  const Output o = RunPlan(std::string(k70B) + " --kv-heads 8 --config " + path);
+  ::unlink(path.c_str());
+  ::rmdir(dir.c_str());
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  // 2e9 / 5,242,880 = 381 blocks = 6,096 tokens; no device, no ssd.
+  EXPECT_TRUE(Has(o.text, "longest context that fits: 6,096 tokens")) << o.text;
+  EXPECT_TRUE(Has(o.text, "from " + path)) << o.text;
+}
+
+TEST(CapacityPlanTest, BadInputIsAClearError) {
+  Output o = RunPlan(std::string(k70B) + " --kv-heads 8 --tokens 12q");
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_TRUE(Has(o.text, "not a token count")) << o.text;
+  o = RunPlan("--layers 80 --head-dim 128");
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_TRUE(Has(o.text, "--kv-heads")) << o.text;
+}
+
+}  // namespace
+}  // namespace kvtier::cli
