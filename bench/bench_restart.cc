@@ -61,7 +61,11 @@ int Run(uint64_t blocks, const std::string& dir) {
   const double build_s = Seconds(build_start);
 
   const auto start = Clock::now();
-  auto ssd = tiers::NewSsdTier({dir, (blocks + 1) * 4096, true, "sparse"});
+  tiers::SsdTierOptions ssd_options;
+  ssd_options.dir = dir;
+  ssd_options.capacity_bytes = (blocks + 1) * 4096;
+  ssd_options.prepare = "sparse";
+  auto ssd = tiers::NewSsdTier(ssd_options);
   if (!ssd) Die(ssd.status());
   const double open_s = Seconds(start);
   auto host = tiers::NewHostTier({64 * kMiB, 4 * kMiB, false});

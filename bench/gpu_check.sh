@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Checks the CUDA kernels on a machine with an NVIDIA GPU: configures a
-# Release build for this GPU, builds only kernels_test and bench_kernels, runs
-# the GPU tests (which must run, not skip), the whole kernels suite, and the
-# kernel benchmark, then prints a summary. Needs no network: the Debian build
+# Checks the CUDA parts on a machine with an NVIDIA GPU: configures a Release
+# build for this GPU, builds kernels_test and bench_kernels, runs the GPU
+# tests (which must run, not skip), the whole kernels suite, the GPU device
+# tier (tiers_test's CUDA tier, and kvtierd with --device cuda read by a
+# worker through CUDA IPC), and the kernel benchmark, then prints a summary. Needs no network: the Debian build
 # dependencies (scripts/install-deps.sh) and nvcc in /usr/local/cuda.
 #
 # Usage: bench/gpu_check.sh [build-dir]      (default: build-gpu)
@@ -65,6 +66,23 @@ ctest_rc=$?
 set -e
 tail -n 25 "$logs/ctest.txt"
 
+step "GPU device tier: the tier itself, and kvtierd --device cuda read through IPC"
+set +e
+timeout 300 cmake --build "$build" -j "$jobs" --target tiers_test daemon_gpu_test kvtierd kvtier \
+  >"$logs/tier_build.txt" 2>&1 &&
+  timeout 120 "$build/tests/tiers/tiers_test" --gtest_filter='CudaDeviceTierTest.*:DeviceCopyTest.*' \
+    >"$logs/tier_tests.txt" 2>&1 &&
+  timeout 120 "$build/tests/daemon/daemon_gpu_test" --gtest_filter='*AcquireToTheGpu*' \
+    >>"$logs/tier_tests.txt" 2>&1
+tier_rc=$?
+set -e
+tail -n 5 "$logs/tier_build.txt"
+grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure' "$logs/tier_tests.txt" || true
+if grep -q '^\[  SKIPPED \]' "$logs/tier_tests.txt"; then
+  echo "device tier tests were skipped"
+  tier_rc=1
+fi
+
 step "bench_kernels (min_time $min_time s per benchmark)"
 set +e
 timeout 240 "$build/bench/bench_kernels" --benchmark_min_time="$min_time" \
@@ -76,7 +94,8 @@ cat "$logs/bench.txt"
 step "summary"
 echo "GPU tests:        $( [ $gpu_rc -eq 0 ] && echo passed || echo FAILED) ($(grep -E '^\[==========\]' "$logs/gpu_tests.txt" | tail -n 1))"
 echo "kernels ctest:    $( [ $ctest_rc -eq 0 ] && echo passed || echo FAILED) ($(grep -E 'tests passed' "$logs/ctest.txt" || echo 'no result'))"
+echo "GPU device tier:  $( [ $tier_rc -eq 0 ] && echo passed || echo FAILED)"
 echo "bench_kernels:    $( [ $bench_rc -eq 0 ] && echo ran || echo FAILED)"
 sed -n '/kernels summary/,$p' "$logs/bench.txt"
 echo "total time:       $((SECONDS - t0)) s"
-[ $gpu_rc -eq 0 ] && [ $ctest_rc -eq 0 ] && [ $bench_rc -eq 0 ]
+[ $gpu_rc -eq 0 ] && [ $ctest_rc -eq 0 ] && [ $tier_rc -eq 0 ] && [ $bench_rc -eq 0 ]

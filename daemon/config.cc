@@ -147,7 +147,8 @@ Status DaemonConfig::Validate() const {
   }
   if (host_capacity_bytes < kMiB) return InvalidArgumentError("host capacity must be >= 1 MiB");
   if (host_slab_bytes < 4 * kKiB) return InvalidArgumentError("host slab must be >= 4 KiB");
-  if (device_mode != "off" && device_mode != "emulated") {
+  if (device_mode != "off" && device_mode != "emulated" && device_mode != "cuda" &&
+      device_mode != "auto") {
     return InvalidArgumentError("device mode '" + device_mode +
                                 "' is not one of: off, emulated (no CUDA tier yet)");
   }
@@ -222,7 +223,9 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   KVTIER_ASSIGN_OR_RETURN(const toml::table* device, section("device"));
   if (device != nullptr) {
     const toml::table& t = *device;
-    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(t, path, "device", {"mode", "capacity", "policy"}));
+    KVTIER_RETURN_IF_ERROR(
+        CheckKnownKeys(t, path, "device", {"mode", "gpu", "capacity", "policy"}));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "gpu", Uint32(&c.device_gpu)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "mode", String(&c.device_mode)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "capacity", Bytes(&c.device_capacity_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "policy", String(&c.device_policy)));
@@ -264,6 +267,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
       device_mode, device_capacity, device_policy, ssd_capacity, ssd_policy, ssd_prepare;
   std::optional<std::string> ssd_dir, metrics_address;
+  std::optional<uint32_t> device_gpu;
   uint32_t ssd_io_threads = 0;
   uint32_t max_keys = 0, copy_threads = 0;
   std::optional<uint32_t> busy_poll_us;
@@ -281,7 +285,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--host-slab", host_slab, "host tier slab bytes [64MiB]");
   app.add_option("--host-policy", host_policy, "host tier eviction policy [lru]");
   app.add_flag("--no-reserve-memory", no_reserve, "do not commit the host arena's memory at start");
-  app.add_option("--device", device_mode, "device tier: off | emulated [off]");
+  app.add_option("--device", device_mode, "device tier: auto | cuda | emulated | off [auto]");
+  app.add_option("--device-gpu", device_gpu, "CUDA ordinal of the device tier's GPU [0]");
   app.add_option("--device-capacity", device_capacity, "device tier bytes [1GiB]");
   app.add_option("--device-policy", device_policy, "device tier eviction policy [lru]");
   app.add_option("--ssd-dir", ssd_dir,
@@ -343,6 +348,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (!host_policy.empty()) c.host_policy = host_policy;
   if (no_reserve) c.host_reserve_memory = false;
   if (!device_mode.empty()) c.device_mode = device_mode;
+  if (device_gpu) c.device_gpu = *device_gpu;
   if (!device_policy.empty()) c.device_policy = device_policy;
   if (ssd_dir) c.ssd_dir = *ssd_dir;
   if (!ssd_policy.empty()) c.ssd_policy = ssd_policy;

@@ -42,9 +42,12 @@ struct DaemonConfig {
   bool host_reserve_memory = true;
 
   // [device]
-  // "off", or "emulated": a device tier in host memory behind the device
-  // interface (tests, machines without a GPU).
-  std::string device_mode = "off";
+  // "auto": GPU `device_gpu` as the device tier when CUDA finds it, else no
+  // device tier (the start-up log says which); "cuda": that GPU, and refuse
+  // to start without it; "emulated": a device tier in host memory behind
+  // the same interface (tests, machines without a GPU); "off".
+  std::string device_mode = "auto";
+  uint32_t device_gpu = 0;  // CUDA ordinal for "auto" and "cuda"
   uint64_t device_capacity_bytes = 1 * kGiB;
   std::string device_policy = "lru";
 

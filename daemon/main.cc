@@ -16,20 +16,41 @@
 namespace kvtier::daemon {
 namespace {
 
-Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
-                                                        tiers::IoExecutor* io) {
-  KVTIER_ASSIGN_OR_RETURN(
-      std::unique_ptr<tiers::Tier> host,
-      tiers::NewHostTier({c.host_capacity_bytes, c.host_slab_bytes, c.host_reserve_memory}));
-  std::unique_ptr<tiers::Tier> device;
+// The device tier the configuration asks for: a GPU ("cuda", or "auto"
+// where CUDA finds one), the emulated one, or none.
+Result<std::unique_ptr<tiers::Tier>> BuildDeviceTier(const DaemonConfig& c) {
   if (c.device_mode == "emulated") {
-    KVTIER_ASSIGN_OR_RETURN(
-        device, tiers::NewEmulatedDeviceTier({c.device_capacity_bytes, c.host_slab_bytes, true}));
+    return tiers::NewEmulatedDeviceTier({c.device_capacity_bytes, c.host_slab_bytes, true});
   }
+  if (c.device_mode != "cuda" && c.device_mode != "auto") return std::unique_ptr<tiers::Tier>();
+  auto gpu = tiers::NewCudaDeviceTier(
+      {static_cast<int>(c.device_gpu), c.device_capacity_bytes, c.host_slab_bytes});
+  if (gpu || c.device_mode == "cuda") {
+    if (!gpu) return gpu.status().WithContext("device tier on GPU " + std::to_string(c.device_gpu));
+    return gpu;
+  }
+  Log(LogLevel::kInfo, Str("device tier off (device.mode auto): ", gpu.status().message()));
+  return std::unique_ptr<tiers::Tier>();
+}
+
+Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
+                                                        tiers::IoExecutor* io,
+                                                        tiers::IoExecutor* copies) {
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<tiers::Tier> device, BuildDeviceTier(c));
+  tiers::ArenaTierOptions host_options{c.host_capacity_bytes, c.host_slab_bytes,
+                                       c.host_reserve_memory};
+  // DMA between the host arena and a GPU wants it page-locked.
+  host_options.register_with_cuda = device != nullptr && !device->emulated();
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<tiers::Tier> host, tiers::NewHostTier(host_options));
   std::unique_ptr<tiers::Tier> ssd;
   if (!c.ssd_dir.empty()) {
-    auto opened =
-        tiers::NewSsdTier({c.ssd_dir, c.ssd_capacity_bytes, c.ssd_direct_io, c.ssd_prepare});
+    tiers::SsdTierOptions ssd_options;
+    ssd_options.dir = c.ssd_dir;
+    ssd_options.capacity_bytes = c.ssd_capacity_bytes;
+    ssd_options.direct_io = c.ssd_direct_io;
+    ssd_options.prepare = c.ssd_prepare;
+    ssd_options.note = [](const std::string& line) { Log(LogLevel::kInfo, "ssd: " + line); };
+    auto opened = tiers::NewSsdTier(ssd_options);
     if (!opened) return opened.status().WithContext("ssd tier at " + c.ssd_dir);
     ssd = std::move(opened).value();
   }
@@ -38,6 +59,7 @@ Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
   options.device_policy = c.device_policy;
   options.ssd_policy = c.ssd_policy;
   options.io = io;
+  options.copy = copies;
   options.ssd_write_through = c.ssd_write_through;
   options.log = [](const std::string& line) { Log(LogLevel::kWarn, line); };
   return tiers::CacheEngine::Create(options, std::move(device), std::move(host), std::move(ssd));
@@ -66,7 +88,10 @@ int Run(const DaemonConfig& config) {
   std::unique_ptr<tiers::IoExecutor> ssd_io = tiers::NewThreadPoolExecutor(
       config.ssd_io_threads, config.ssd_queue,
       [&io](std::function<void()> done) { asio::post(io, std::move(done)); });
-  auto built = BuildEngine(config, ssd_io.get());
+  // GPU copies get threads of their own, so they never queue behind disk I/O.
+  std::unique_ptr<tiers::IoExecutor> copies = tiers::NewThreadPoolExecutor(
+      2, 256, [&io](std::function<void()> done) { asio::post(io, std::move(done)); });
+  auto built = BuildEngine(config, ssd_io.get(), copies.get());
   if (!built) {
     Log(LogLevel::kError, Str("cannot build the tiers: ", built.status().ToString()));
     return 1;
@@ -135,9 +160,9 @@ int Run(const DaemonConfig& config) {
 
   server->reset();
   copy_pool.join();
-  // Let the disk finish what it was doing, so nothing the engine waits for
-  // is lost, then make it durable.
-  while (ssd_io->in_flight() > 0) {
+  // Let the disk (and the GPU's copies) finish what they were doing, so
+  // nothing the engine waits for is lost, then make the disk durable.
+  while (ssd_io->in_flight() > 0 || copies->in_flight() > 0) {
     io.restart();
     io.run_one();
   }
@@ -145,6 +170,7 @@ int Run(const DaemonConfig& config) {
     if (Status s = t->Sync(); !s.ok()) Log(LogLevel::kWarn, Str("ssd sync: ", s.ToString()));
   }
   ssd_io.reset();
+  copies.reset();
   engine.reset();
   Log(LogLevel::kInfo, "stopped");
   return 0;

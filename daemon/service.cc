@@ -236,6 +236,11 @@ Status Service::Hello(SessionState& s, const FrameHeader& h, const protocol::Hel
     out.device = device->emulated() ? protocol::DeviceKind::kEmulated : protocol::DeviceKind::kCuda;
     out.device_arena_bytes = device->arena_bytes();
     if (device->arena_fd() >= 0) reply->fds.push_back(device->arena_fd());
+    if (out.device == protocol::DeviceKind::kCuda) {
+      out.device_ordinal = device->device_ordinal();
+      const std::span<const std::byte> handle = device->ipc_handle();
+      std::copy(handle.begin(), handle.end(), out.device_ipc_handle.begin());
+    }
   }
   out.max_keys = config_.max_keys;
   out.max_payload_bytes = static_cast<uint32_t>(config_.max_payload_bytes);

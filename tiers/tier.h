@@ -187,6 +187,9 @@ struct SsdTierOptions {
   // (written before the tier is made), "sparse" (no writing; blocks then
   // write into holes, which ext4 made 0.35-0.6x as fast).
   std::string prepare = "background";
+  // Receives notes worth an operator's attention (preparation started,
+  // done, stopped; O_DIRECT refused). Empty: stderr.
+  std::function<void(const std::string&)> note;
 };
 
 // The SSD tier: block payloads in one preallocated slot file on local disk, the index of

@@ -31,7 +31,7 @@ TEST_F(ConfigTest, DefaultsAreValid) {
   EXPECT_TRUE(c.Validate().ok());
   EXPECT_EQ(c.socket_path, "/run/kvtier/kvtierd.sock");
   EXPECT_EQ(c.socket_mode, 0660u);
-  EXPECT_EQ(c.device_mode, "off");
+  EXPECT_EQ(c.device_mode, "auto");
 }
 
 TEST_F(ConfigTest, EmptyFileKeepsTheDefaults) {
@@ -87,7 +87,7 @@ TEST_F(ConfigTest, ErrorsNameTheKeyAndTheFile) {
 
 TEST_F(ConfigTest, ValidateRejectsBadValues) {
   DaemonConfig c;
-  c.device_mode = "cuda";
+  c.device_mode = "gpu";
   EXPECT_FALSE(c.Validate().ok());
   c = {};
   c.host_policy = "fifo";
@@ -118,6 +118,7 @@ TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
   EXPECT_EQ(c->host_reserve_memory, d.host_reserve_memory);
   EXPECT_EQ(c->device_mode, d.device_mode);
   EXPECT_EQ(c->device_capacity_bytes, d.device_capacity_bytes);
+  EXPECT_EQ(c->device_gpu, d.device_gpu);
   EXPECT_EQ(c->ssd_dir, d.ssd_dir);
   EXPECT_EQ(c->ssd_capacity_bytes, d.ssd_capacity_bytes);
   EXPECT_EQ(c->ssd_policy, d.ssd_policy);

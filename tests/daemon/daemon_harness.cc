@@ -58,7 +58,8 @@ std::unique_ptr<Daemon> Daemon::Start(std::vector<std::string> args, const std::
   std::vector<std::string> all = {"--socket", d->socket_, "--no-reserve-memory"};
   for (const auto& [flag, value] :
        {std::pair{"--host-capacity", "64MiB"}, std::pair{"--host-slab", "4MiB"},
-        std::pair{"--ssd-dir", ""}, std::pair{"--metrics-address", ""}}) {
+        std::pair{"--ssd-dir", ""}, std::pair{"--metrics-address", ""},
+        std::pair{"--device", "off"}}) {
     if (std::find(args.begin(), args.end(), flag) == args.end()) {
       all.push_back(flag);
       all.push_back(value);
