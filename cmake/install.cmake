@@ -65,6 +65,8 @@ install(FILES deploy/kvtier.sysusers DESTINATION ${CMAKE_INSTALL_LIBDIR}/sysuser
         RENAME kvtier.conf OPTIONAL COMPONENT daemon)
 install(FILES deploy/prometheus.yml deploy/grafana-dashboard.json
         DESTINATION ${CMAKE_INSTALL_DATADIR}/kvtier OPTIONAL COMPONENT daemon)
+install(FILES docs/operations.md docs/metrics.md docs/protocol.md
+        DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT daemon)
 
 # `cpack -G DEB` in the build tree: one package with everything, its
 # library dependencies found by dpkg-shlibdeps.
