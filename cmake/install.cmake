@@ -12,7 +12,7 @@ include(CMakePackageConfigHelpers)
 
 set(KVTIER_CLIENT_MODULES client protocol prefix_index common)
 set(KVTIER_CLIENT_HEADERS
-    client/client.h client/kvtier_c.h common/layout.h common/result.h common/status.h
+    client/client.h client/kvtier_c.h client/cuda_ipc.h common/layout.h common/result.h common/status.h
     prefix_index/block_key.h prefix_index/key_hasher.h protocol/wire.h)
 
 foreach(mod IN LISTS KVTIER_CLIENT_MODULES)
@@ -54,14 +54,16 @@ install(FILES ${CMAKE_BINARY_DIR}/kvtier.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/
 if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
   set(KVTIER_CONFIG_DIR /etc/kvtier)
   set(KVTIER_SYSTEMD_DIR /lib/systemd/system)
+  set(KVTIER_SYSUSERS_DIR /usr/lib/sysusers.d)
 else()
   set(KVTIER_CONFIG_DIR ${CMAKE_INSTALL_SYSCONFDIR}/kvtier)
-  set(KVTIER_SYSTEMD_DIR ${CMAKE_INSTALL_LIBDIR}/systemd/system)
+  set(KVTIER_SYSTEMD_DIR lib/systemd/system)
+  set(KVTIER_SYSUSERS_DIR lib/sysusers.d)
 endif()
 install(TARGETS kvtierd kvtier RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT daemon)
 install(FILES deploy/kvtierd.toml DESTINATION ${KVTIER_CONFIG_DIR} COMPONENT daemon)
 install(FILES deploy/kvtierd.service DESTINATION ${KVTIER_SYSTEMD_DIR} OPTIONAL COMPONENT daemon)
-install(FILES deploy/kvtier.sysusers DESTINATION ${CMAKE_INSTALL_LIBDIR}/sysusers.d
+install(FILES deploy/kvtier.sysusers DESTINATION ${KVTIER_SYSUSERS_DIR}
         RENAME kvtier.conf OPTIONAL COMPONENT daemon)
 install(FILES deploy/prometheus.yml deploy/grafana-dashboard.json
         DESTINATION ${CMAKE_INSTALL_DATADIR}/kvtier OPTIONAL COMPONENT daemon)
@@ -82,4 +84,6 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libxxhash-dev")
+# postinst: the system user (sysusers.d) and a daemon-reload; no auto-start.
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/cmake/debian/postinst)
 include(CPack)
