@@ -146,7 +146,7 @@ Result<std::unique_ptr<Tier>> NewArenaTier(TierKind kind, const ArenaTierOptions
                           SlabAllocator::Create(arena_bytes, options.slab_bytes));
 
   const int fd = memfd_create(kind == TierKind::kHost ? "kvtier-host-arena" : "kvtier-device-arena",
-                              MFD_CLOEXEC);
+                              MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return SyscallError("memfd_create", errno);
   // Sizing the memfd commits no memory: tmpfs pages appear on first touch,
   // unless fallocate commits them now.
@@ -154,6 +154,14 @@ Result<std::unique_ptr<Tier>> NewArenaTier(TierKind kind, const ArenaTierOptions
     const int err = errno;
     close(fd);
     return SyscallError("ftruncate", err);
+  }
+  // Workers get this fd: sealed, none of them can shrink the arena under
+  // the daemon (its next touch of a page past the end would be SIGBUS) or
+  // grow it. Writing the bytes stays allowed: that is the point.
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    const int err = errno;
+    close(fd);
+    return SyscallError("fcntl(F_ADD_SEALS) on the arena", err);
   }
   if (options.reserve_memory && fallocate(fd, 0, 0, static_cast<off_t>(arena_bytes)) != 0) {
     const int err = errno;

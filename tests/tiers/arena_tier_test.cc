@@ -1,9 +1,11 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -237,6 +239,41 @@ TEST(ArenaTierTest, MixedSizesShareTheArena) {
   }
   for (const Block& b : blocks) tier->Free(b.slot);
   EXPECT_EQ(tier->used_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace kvtier::tiers
+
+namespace kvtier::tiers {
+namespace {
+
+// A worker holds the arena's fd: it may write blocks through a mapping of
+// it, but never resize it under the daemon (a shrink would make the
+// daemon's next touch SIGBUS) nor seal it further (F_SEAL_FUTURE_WRITE would
+// stop every later worker from mapping it writable).
+TEST(ArenaTierTest, WorkersCannotResizeOrSealTheArena) {
+  for (bool host : {true, false}) {
+    SCOPED_TRACE(host ? "host" : "emulated device");
+    auto tier = host ? NewHostTier({4 * kMiB, kMiB, false})
+                     : NewEmulatedDeviceTier({4 * kMiB, kMiB, false});
+    ASSERT_TRUE(tier.ok());
+    const int fd = (*tier)->arena_fd();
+    ASSERT_GE(fd, 0);
+    EXPECT_NE(::ftruncate(fd, 0), 0);
+    EXPECT_EQ(errno, EPERM);
+    EXPECT_NE(::ftruncate(fd, 8 * kMiB), 0);
+    EXPECT_NE(::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
+    // A worker's mapping still writes the bytes the daemon serves.
+    void* p = ::mmap(nullptr, 4 * kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    auto slot = (*tier)->Allocate(4096);
+    ASSERT_TRUE(slot.ok());
+    std::memset(static_cast<char*>(p) + (*tier)->SlotOffset(*slot), 0x5a, 4096);
+    std::vector<std::byte> out(4096);
+    ASSERT_TRUE((*tier)->Read(*slot, out).ok());
+    EXPECT_EQ(out[100], std::byte{0x5a});
+    ::munmap(p, 4 * kMiB);
+  }
 }
 
 }  // namespace
