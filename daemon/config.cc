@@ -1,13 +1,18 @@
 #include "daemon/config.h"
 
+#include <arpa/inet.h>
+#include <grp.h>
+#include <pwd.h>
 #include <toml++/toml.h>
 
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "eviction/eviction_policy.h"
 
@@ -75,6 +80,85 @@ auto Uint32(uint32_t* out) {
   };
 }
 
+// Resolves a user (`group` false) or group name, or a numeric id, to an id.
+Result<uint32_t> ResolveId(const std::string& text, bool group) {
+  const char* what = group ? "group" : "user";
+  if (text.empty()) return InvalidArgumentError(std::string("empty ") + what + " name");
+  uint32_t id = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (ec == std::errc() && ptr == text.data() + text.size()) return id;
+  std::vector<char> buf(16384);
+  int err = 0;
+  if (group) {
+    struct group* found = nullptr;
+    struct group g {};
+    err = ::getgrnam_r(text.c_str(), &g, buf.data(), buf.size(), &found);
+    if (err == 0 && found != nullptr) return static_cast<uint32_t>(found->gr_gid);
+  } else {
+    struct passwd* found = nullptr;
+    struct passwd p {};
+    err = ::getpwnam_r(text.c_str(), &p, buf.data(), buf.size(), &found);
+    if (err == 0 && found != nullptr) return static_cast<uint32_t>(found->pw_uid);
+  }
+  return InvalidArgumentError(std::string("no ") + what + " named '" + text + "'" +
+                              (err != 0 ? std::string(" (") + std::strerror(err) + ")" : ""));
+}
+
+// "1000,alice, 1002" -> ids.
+Result<std::vector<uint32_t>> ParseIdList(const std::string& text, bool group) {
+  std::vector<uint32_t> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(at, comma - at);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) {
+      KVTIER_ASSIGN_OR_RETURN(const uint32_t id, ResolveId(item, group));
+      out.push_back(id);
+    }
+    at = comma + 1;
+  }
+  return out;
+}
+
+// A TOML array of ids or names.
+auto IdList(std::vector<uint32_t>* out, bool group) {
+  return [out, group](const toml::node& n) -> Status {
+    const toml::array* a = n.as_array();
+    if (a == nullptr) return InvalidArgumentError("expected an array of ids or names");
+    out->clear();
+    for (const toml::node& item : *a) {
+      if (item.is_integer() && *item.value<int64_t>() >= 0 &&
+          *item.value<int64_t>() <= UINT32_MAX) {
+        out->push_back(static_cast<uint32_t>(*item.value<int64_t>()));
+      } else if (item.is_string()) {
+        KVTIER_ASSIGN_OR_RETURN(const uint32_t id, ResolveId(*item.value<std::string>(), group));
+        out->push_back(id);
+      } else {
+        return InvalidArgumentError("expected an array of ids or names");
+      }
+    }
+    return Status::Ok();
+  };
+}
+
+// A name, or a numeric id, kept as text (resolved at start).
+auto NameOrId(std::string* out) {
+  return [out](const toml::node& n) -> Status {
+    if (n.is_string()) {
+      *out = *n.value<std::string>();
+      return Status::Ok();
+    }
+    if (n.is_integer() && *n.value<int64_t>() >= 0 && *n.value<int64_t>() <= UINT32_MAX) {
+      *out = std::to_string(*n.value<int64_t>());
+      return Status::Ok();
+    }
+    return InvalidArgumentError("expected a name or a numeric id");
+  };
+}
+
 Result<uint32_t> ParseMode(const std::string& text) {
   char* end = nullptr;
   const unsigned long mode = std::strtoul(text.c_str(), &end, 8);
@@ -108,6 +192,21 @@ Status CheckKnownKeys(const toml::table& table, const std::string& path, const s
 
 const char* Version() { return KVTIER_VERSION; }
 
+Result<uint32_t> ResolveUser(const std::string& name_or_id) { return ResolveId(name_or_id, false); }
+Result<uint32_t> ResolveGroup(const std::string& name_or_id) { return ResolveId(name_or_id, true); }
+
+bool IsLoopbackAddress(const std::string& address) {
+  if (address.empty()) return true;
+  const size_t colon = address.rfind(':');
+  std::string host = address.substr(0, colon == std::string::npos ? address.size() : colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost" || host == "::1") return true;
+  in_addr v4{};
+  return ::inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+}
+
 Status ValidateMetricsAddress(const std::string& address) {
   if (address.empty()) return Status::Ok();
   const size_t colon = address.rfind(':');
@@ -137,6 +236,22 @@ Status DaemonConfig::Validate() const {
     return InvalidArgumentError("max_keys must be between 1 and 65536");
   }
   if (busy_poll_us > 10'000) return InvalidArgumentError("busy_poll_us must be at most 10000");
+  if (!socket_owner.empty()) KVTIER_RETURN_IF_ERROR(ResolveUser(socket_owner).status());
+  if (!socket_group.empty()) KVTIER_RETURN_IF_ERROR(ResolveGroup(socket_group).status());
+  if (max_sessions == 0 || max_sessions > 1'000'000) {
+    return InvalidArgumentError("max_sessions must be between 1 and 1000000");
+  }
+  if (max_leases_per_session == 0 || max_allocations_per_session == 0) {
+    return InvalidArgumentError(
+        "max_leases_per_session and max_allocations_per_session must be at least 1");
+  }
+  for (const uint32_t ms : {hello_timeout_ms, frame_timeout_ms, reply_timeout_ms}) {
+    if (ms < 100 || ms > 3'600'000) {
+      return InvalidArgumentError(
+          "hello_timeout_ms, frame_timeout_ms and reply_timeout_ms must be between 100 and "
+          "3600000");
+    }
+  }
   if (copy_threads == 0 || copy_threads > 64) {
     return InvalidArgumentError("copy_threads must be between 1 and 64");
   }
@@ -198,9 +313,27 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   KVTIER_ASSIGN_OR_RETURN(const toml::table* server, section("server"));
   if (server != nullptr) {
     const toml::table& t = *server;
-    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(t, path, "server",
-                                          {"socket", "socket_mode", "max_payload", "max_keys",
-                                           "copy_threads", "busy_poll_us", "secret"}));
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
+        t, path, "server",
+        {"socket", "socket_mode", "socket_owner", "socket_group", "allow_uids", "allow_gids",
+         "max_payload", "max_keys", "max_sessions", "max_leases_per_session",
+         "max_allocations_per_session", "hello_timeout_ms", "frame_timeout_ms", "reply_timeout_ms",
+         "copy_threads", "busy_poll_us", "secret"}));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_owner", NameOrId(&c.socket_owner)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_group", NameOrId(&c.socket_group)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "allow_uids", IdList(&c.allow_uids, false)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "allow_gids", IdList(&c.allow_gids, true)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_sessions", Uint32(&c.max_sessions)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, "server", "max_leases_per_session", Uint32(&c.max_leases_per_session)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_allocations_per_session",
+                                   Uint32(&c.max_allocations_per_session)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, "server", "hello_timeout_ms", Uint32(&c.hello_timeout_ms)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, "server", "frame_timeout_ms", Uint32(&c.frame_timeout_ms)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, "server", "reply_timeout_ms", Uint32(&c.reply_timeout_ms)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket", String(&c.socket_path)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_mode", Mode(&c.socket_mode)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_payload", Bytes(&c.max_payload_bytes)));
@@ -271,10 +404,31 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   uint32_t ssd_io_threads = 0;
   uint32_t max_keys = 0, copy_threads = 0;
   std::optional<uint32_t> busy_poll_us;
+  std::optional<std::string> socket_owner, socket_group, allow_uids, allow_gids;
+  std::optional<uint32_t> max_sessions, max_leases, max_allocations, hello_timeout_ms,
+      frame_timeout_ms, reply_timeout_ms;
   bool no_reserve = false;
   bool write_through = false;
   app.add_option("--socket", socket, "Unix socket path [/run/kvtier/kvtierd.sock]");
   app.add_option("--socket-mode", socket_mode, "socket file mode, octal [0660]");
+  app.add_option("--socket-owner", socket_owner,
+                 "owner of the socket file, name or uid, \"\" = the daemon's [\"\"]");
+  app.add_option("--socket-group", socket_group,
+                 "group of the socket file, name or gid, \"\" = the daemon's [\"\"]");
+  app.add_option("--allow-uids", allow_uids,
+                 "peers that may attach by uid, comma-separated ids or names [anyone]");
+  app.add_option("--allow-gids", allow_gids,
+                 "peers that may attach by gid, comma-separated ids or names [anyone]");
+  app.add_option("--max-sessions", max_sessions, "most connections at once [1024]");
+  app.add_option("--max-leases-per-session", max_leases, "most leases one session holds [4096]");
+  app.add_option("--max-allocations-per-session", max_allocations,
+                 "most open writes of one session [256]");
+  app.add_option("--hello-timeout-ms", hello_timeout_ms,
+                 "close a connection without HELLO after this long [10000]");
+  app.add_option("--frame-timeout-ms", frame_timeout_ms,
+                 "close a connection whose request frame takes longer to arrive [10000]");
+  app.add_option("--reply-timeout-ms", reply_timeout_ms,
+                 "close a session whose reply is not read for this long [30000]");
   app.add_option("--max-payload", max_payload, "largest frame payload [64MiB]");
   app.add_option("--max-keys", max_keys, "most keys per request [65536]");
   app.add_option("--copy-threads", copy_threads, "threads copying inline bytes [2]");
@@ -341,6 +495,22 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                           bytes(ssd_capacity, "--ssd-capacity", &c.ssd_capacity_bytes)}) {
     if (!s.ok()) return fail(s);
   }
+  if (socket_owner) c.socket_owner = *socket_owner;
+  if (socket_group) c.socket_group = *socket_group;
+  for (auto [text, flag, group, dst] :
+       {std::tuple{&allow_uids, "--allow-uids", false, &c.allow_uids},
+        std::tuple{&allow_gids, "--allow-gids", true, &c.allow_gids}}) {
+    if (!*text) continue;
+    auto ids = ParseIdList(**text, group);
+    if (!ids) return fail(ids.status().WithContext(flag));
+    *dst = *std::move(ids);
+  }
+  if (max_sessions) c.max_sessions = *max_sessions;
+  if (max_leases) c.max_leases_per_session = *max_leases;
+  if (max_allocations) c.max_allocations_per_session = *max_allocations;
+  if (hello_timeout_ms) c.hello_timeout_ms = *hello_timeout_ms;
+  if (frame_timeout_ms) c.frame_timeout_ms = *frame_timeout_ms;
+  if (reply_timeout_ms) c.reply_timeout_ms = *reply_timeout_ms;
   if (max_keys != 0) c.max_keys = max_keys;
   if (copy_threads != 0) c.copy_threads = copy_threads;
   if (busy_poll_us) c.busy_poll_us = *busy_poll_us;

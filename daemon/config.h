@@ -18,6 +18,53 @@ struct DaemonConfig {
   std::string socket_path = "/run/kvtier/kvtierd.sock";
   // Permission bits of the socket file: who may attach. 0660 = owner and group.
   uint32_t socket_mode = 0660;
+  // Owner and group of the socket file, a name or a numeric id; "" keeps
+  // the daemon's own. Set after bind, before the socket listens, so no one
+  // attaches under other permissions. A group other than the daemon's needs
+  // the daemon's user to be a member of it (or CAP_CHOWN); another owner
+  // needs CAP_CHOWN.
+  std::string socket_owner;
+  std::string socket_group;
+  // Who may attach, by the peer's SO_PEERCRED uid and gid (the effective ids
+  // of the connecting process; supplementary groups are not seen). Empty
+  // lists: anyone the socket's permissions let in. Otherwise a peer whose
+  // uid is in allow_uids or whose gid is in allow_gids; any other gets an
+  // error reply to its first request and is closed. Names are resolved at
+  // start. A second fence behind the file mode, not a replacement for it.
+  std::vector<uint32_t> allow_uids;
+  std::vector<uint32_t> allow_gids;
+  // Most connections served at once, attached or still to say HELLO. One
+  // more gets RESOURCE_EXHAUSTED (naming this key) as the reply to its
+  // first request and is closed; the others never notice. A session costs
+  // an fd and its buffers (up to ~2 x max_payload while it moves a large
+  // frame), so this also bounds the daemon's memory. 1024: far more workers
+  // than one node runs (8 GPUs x a few processes each), small enough that
+  // the fds fit the usual limits.
+  uint32_t max_sessions = 1024;
+  // Most leases one session may hold at once. A lease pins its blocks, so a
+  // worker that leaks leases would pin the tiers full; a worker holds about
+  // one per sequence in flight (vLLM's max_num_seqs defaults to 256), so
+  // 4096 leaves 16x headroom. Beyond it ACQUIRE gets RESOURCE_EXHAUSTED and
+  // the session goes on.
+  uint32_t max_leases_per_session = 4096;
+  // Most open (allocated, not yet committed or aborted) writes of one
+  // session. Reserved slots are invisible and cannot be evicted; a worker
+  // writes about one prompt at a time per sequence being prefilled, so 256
+  // is generous. Beyond it ALLOCATE gets RESOURCE_EXHAUSTED.
+  uint32_t max_allocations_per_session = 256;
+  // A connection that has not completed a HELLO this long after connecting
+  // is closed (milliseconds). A real client says HELLO at once.
+  uint32_t hello_timeout_ms = 10'000;
+  // Longest a request frame may take to arrive once its first byte has
+  // (milliseconds); then the connection is closed. The largest frame,
+  // max_payload, crosses a Unix socket in milliseconds; a client that
+  // trickles bytes only ever holds its own session.
+  uint32_t frame_timeout_ms = 10'000;
+  // Longest a reply may wait for the worker to read it (milliseconds); then
+  // the session is closed (its leases released). While a reply waits, the
+  // session's next requests are not read (backpressure), so a client that
+  // stops reading holds at most one reply plus 256 KiB of queued replies.
+  uint32_t reply_timeout_ms = 30'000;
   // Largest frame payload accepted or sent. Bounds the memory one request
   // can make the daemon hold; inline PUT/GET move at most this much at once.
   uint64_t max_payload_bytes = 64 * kMiB;
@@ -89,6 +136,15 @@ struct DaemonConfig {
 
 // The version of kvtierd (--version, STATS "version", kvtier_build_info).
 const char* Version();
+
+// True when a metrics address binds only the loopback interface
+// (127.0.0.0/8, ::1, localhost). "" (off) counts as loopback.
+bool IsLoopbackAddress(const std::string& address);
+
+// A user or group given by name or numeric id, as its id. InvalidArgument
+// names it when no such user or group exists.
+Result<uint32_t> ResolveUser(const std::string& name_or_id);
+Result<uint32_t> ResolveGroup(const std::string& name_or_id);
 
 // Checks a metrics address: "" (off) or "HOST:PORT" with PORT 0-65535
 // (0: any free port). InvalidArgument names what is wrong.

@@ -146,6 +146,11 @@ int Run(const DaemonConfig& config) {
                            config.socket_mode, std::dec, ")"));
   Log(LogLevel::kInfo, metrics ? Str("metrics on http://", metrics->address(), "/metrics")
                                : std::string("metrics: off"));
+  if (metrics && !IsLoopbackAddress(config.metrics_address)) {
+    Log(LogLevel::kWarn, Str("metrics endpoint ", config.metrics_address,
+                             " is not loopback: anyone who can reach it reads the daemon's "
+                             "figures; keep it behind a firewall (metrics.address)"));
+  }
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signo) {

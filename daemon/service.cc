@@ -248,7 +248,9 @@ Status Service::Hello(SessionState& s, const FrameHeader& h, const protocol::Hel
   protocol::EncodeHelloReply(h.request_id, out, /*fds=*/true, &reply->frame);
   Log(LogLevel::kInfo,
       Str("session ", s.id, " attached: client '", r.client_name, "', model '", r.model, "'",
-          r.salt.empty() ? "" : " (salted)", ", ", r.layout.ToString()));
+          r.salt.empty() ? "" : " (salted)", ", ", r.layout.ToString(), ", peer ",
+          s.peer.known ? Str("pid ", s.peer.pid, " uid ", s.peer.uid, " gid ", s.peer.gid)
+                       : std::string("unknown")));
   return Status::Ok();
 }
 
@@ -268,6 +270,12 @@ Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Reques
     }
     case Opcode::kAllocate: {
       const auto& r = std::get<protocol::AllocateRequest>(request);
+      if (s.allocations.size() >= config_.max_allocations_per_session) {
+        return ResourceExhaustedError(
+            Str("this session has ", s.allocations.size(),
+                " open allocations, the most allowed (server.max_allocations_per_session); "
+                "commit or abort one first"));
+      }
       KVTIER_ASSIGN_OR_RETURN(tiers::Allocation a,
                               engine_.Allocate(s.ns, r.parent, r.keys, ToTier(r.tier)));
       protocol::AllocateReply rep;
@@ -376,6 +384,11 @@ asio::awaitable<Status> Service::Put(SessionState& s, const FrameHeader& h,
 
 asio::awaitable<Status> Service::AcquireRequest(SessionState& s, const FrameHeader& h,
                                                 const protocol::AcquireRequest& r, Reply* reply) {
+  if (s.leases.size() >= config_.max_leases_per_session) {
+    co_return ResourceExhaustedError(
+        Str("this session holds ", s.leases.size(),
+            " leases, the most allowed (server.max_leases_per_session); release one first"));
+  }
   Result<tiers::Lease> acquired = co_await Acquire(s.ns, r.keys, ToTier(r.tier));
   if (!acquired) co_return acquired.status();
   tiers::Lease lease = std::move(acquired).value();

@@ -22,10 +22,20 @@
 
 namespace kvtier::daemon {
 
+// Who is at the other end of a connection: SO_PEERCRED, read at accept
+// (the process that connected, with its effective ids at connect time).
+struct PeerCredentials {
+  bool known = false;  // false where the kernel did not say
+  int32_t pid = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+
 // What one connection holds. Destroying it (on the engine's thread) aborts
 // its open writes and releases its leases.
 struct SessionState {
   uint64_t id = 0;
+  PeerCredentials peer;
   bool attached = false;
   prefix_index::NamespaceId ns = 0;
   uint64_t block_bytes = 0;

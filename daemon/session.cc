@@ -3,9 +3,12 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "daemon/log.h"
 
@@ -30,7 +33,13 @@ ssize_t SendWithFds(int sock, std::span<const std::byte> frame, const std::vecto
     c->cmsg_len = CMSG_LEN(bytes);
     std::memcpy(CMSG_DATA(c), fds.data(), bytes);
   }
-  const ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  const ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  return n >= 0 ? n : -errno;
+}
+
+// Sends what the socket takes now. Returns bytes sent, or -errno.
+ssize_t SendSome(int sock, std::span<const std::byte> frame) {
+  const ssize_t n = ::send(sock, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   return n >= 0 ? n : -errno;
 }
 
@@ -52,48 +61,167 @@ protocol::FrameHeader RawHeader(std::span<const std::byte> header) {
 }  // namespace
 
 Session::Session(asio::local::stream_protocol::socket socket, Service& service,
-                 const DaemonConfig& config)
-    : socket_(std::move(socket)), service_(service), config_(config) {}
+                 const DaemonConfig& config, SessionLogs& logs, PeerCredentials peer,
+                 Status refusal)
+    : socket_(std::move(socket)),
+      service_(service),
+      config_(config),
+      logs_(logs),
+      refusal_(std::move(refusal)),
+      timer_(socket_.get_executor()) {
+  state_.peer = peer;
+}
 
 void Session::Stop() {
   stopping_ = true;
-  // A read in progress ends with EOF; a reply being written still goes out.
+  // A read in progress ends with EOF; a reply being written still goes out,
+  // but a worker that does not read it gets a second, not reply_timeout_ms.
   boost::system::error_code ignored;
   socket_.shutdown(asio::socket_base::shutdown_receive, ignored);
+  if (armed_ == Deadline::kReply) Arm(Deadline::kReply, std::min(armed_at_, StopDeadline()));
+}
+
+Session::Clock::time_point Session::StopDeadline() {
+  return Clock::now() + std::chrono::seconds(1);
+}
+
+void Session::Arm(Deadline why, Clock::time_point at) {
+  if (armed_ == why && armed_at_ == at) return;
+  armed_ = why;
+  armed_at_ = at;
+  timer_.expires_at(at);  // cancels the previous wait, whose handler sees the error
+  timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (std::shared_ptr<Session> self = weak.lock()) self->OnDeadline();
+  });
+}
+
+void Session::Disarm() {
+  if (armed_ == Deadline::kNone) return;
+  armed_ = Deadline::kNone;
+  timer_.cancel();
+}
+
+void Session::OnDeadline() {
+  // A handler that was queued before a re-arm or a disarm must not act.
+  if (armed_ == Deadline::kNone || Clock::now() < armed_at_) return;
+  const Deadline why = std::exchange(armed_, Deadline::kNone);
+  const std::string who =
+      state_.attached     ? Str("session ", state_.id)
+      : state_.peer.known ? Str("connection from pid ", state_.peer.pid, " uid ", state_.peer.uid)
+                          : std::string("a connection");
+  switch (why) {
+    case Deadline::kHello:
+      logs_.timeouts.Log(LogLevel::kWarn,
+                         Str(who, " said no HELLO within ", config_.hello_timeout_ms,
+                             " ms (server.hello_timeout_ms); closing it"));
+      break;
+    case Deadline::kFrame:
+      logs_.timeouts.Log(LogLevel::kWarn,
+                         Str(who, ": a request frame took over ", config_.frame_timeout_ms,
+                             " ms to arrive (server.frame_timeout_ms); closing it"));
+      break;
+    case Deadline::kReply:
+      logs_.timeouts.Log(LogLevel::kWarn,
+                         stopping_
+                             ? Str(who, ": a reply went unread while kvtierd stops; closing it")
+                             : Str(who, ": a reply went unread for ", config_.reply_timeout_ms,
+                                   " ms (server.reply_timeout_ms); closing it"));
+      break;
+    case Deadline::kNone:
+      return;
+  }
+  // Ends the read or the write the coroutine waits in; it then cleans up.
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+}
+
+asio::awaitable<size_t> Session::ReadSome(std::span<std::byte> into, Deadline why,
+                                          Clock::time_point at) {
+  if (why == Deadline::kNone) {
+    Disarm();
+  } else {
+    Arm(why, at);
+  }
+  boost::system::error_code ec;
+  const size_t n = co_await socket_.async_read_some(asio::buffer(into.data(), into.size()),
+                                                    asio::redirect_error(asio::use_awaitable, ec));
+  co_return ec ? 0 : n;
 }
 
 asio::awaitable<Status> Session::Send(std::span<const std::byte> frame,
                                       const std::vector<int>& fds) {
-  if (frame.empty()) co_return Status::Ok();
-  if (!fds.empty()) {
-    // The fds travel with the first byte; retry until the kernel takes it.
-    for (;;) {
-      const ssize_t n = SendWithFds(socket_.native_handle(), frame, fds);
-      if (n > 0) {
-        frame = frame.subspan(static_cast<size_t>(n));
-        break;
-      }
-      if (n != -EAGAIN && n != -EWOULDBLOCK && n != -EINTR) {
-        co_return UnavailableError(std::strerror(static_cast<int>(-n)));
-      }
-      boost::system::error_code ec;
-      co_await socket_.async_wait(asio::socket_base::wait_write,
-                                  asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return UnavailableError(ec.message());
+  Status status;
+  bool fds_pending = !fds.empty();
+  bool waited = false;
+  while (!frame.empty()) {
+    const int sock = socket_.native_handle();
+    const ssize_t n = fds_pending ? SendWithFds(sock, frame, fds) : SendSome(sock, frame);
+    if (n > 0) {
+      frame = frame.subspan(static_cast<size_t>(n));
+      fds_pending = false;  // the fds travelled with the first byte
+      continue;
+    }
+    if (n == -EINTR) continue;
+    if (n != -EAGAIN && n != -EWOULDBLOCK) {
+      status =
+          UnavailableError(n == 0 ? "send made no progress" : std::strerror(static_cast<int>(-n)));
+      break;
+    }
+    // The worker is not reading. Only now is the deadline worth a timer:
+    // most replies leave in one call.
+    if (!waited) {
+      const auto at = Clock::now() + std::chrono::milliseconds(config_.reply_timeout_ms);
+      Arm(Deadline::kReply, stopping_ ? std::min(at, StopDeadline()) : at);
+    }
+    waited = true;
+    boost::system::error_code ec;
+    co_await socket_.async_wait(asio::socket_base::wait_write,
+                                asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      status = UnavailableError(ec.message());
+      break;
     }
   }
-  boost::system::error_code ec;
-  co_await asio::async_write(socket_, asio::buffer(frame.data(), frame.size()),
-                             asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return UnavailableError(ec.message());
-  co_return Status::Ok();
+  if (waited) Disarm();
+  co_return status;
 }
 
-asio::awaitable<void> Session::Run(std::shared_ptr<Session> self) { co_await self->Serve(); }
+asio::awaitable<void> Session::Run(std::shared_ptr<Session> self) {
+  if (self->refusing()) {
+    co_await self->Refuse();
+  } else {
+    co_await self->Serve();
+  }
+}
+
+asio::awaitable<void> Session::Refuse() {
+  // The error answers the first request, so the client reports it as the
+  // reply to its HELLO; the header is all that is read.
+  std::array<std::byte, protocol::kHeaderBytes> header;
+  size_t got = 0;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(config_.hello_timeout_ms);
+  while (got < header.size() && !stopping_) {
+    const size_t n = co_await ReadSome(std::span(header).subspan(got), Deadline::kHello, deadline);
+    if (n == 0) break;
+    got += n;
+  }
+  if (got == header.size()) {
+    const protocol::FrameHeader h = RawHeader(header);
+    std::vector<std::byte> frame;
+    protocol::EncodeError(h.opcode, h.request_id, refusal_, &frame);
+    (co_await Send(frame, {})).IgnoreError();
+  }
+  Disarm();
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+}
 
 asio::awaitable<void> Session::Serve() {
   state_.id = service_.OpenSession();
   const auto max_payload = static_cast<uint32_t>(config_.max_payload_bytes);
+  const auto hello_deadline = Clock::now() + std::chrono::milliseconds(config_.hello_timeout_ms);
+  const auto frame_timeout = std::chrono::milliseconds(config_.frame_timeout_ms);
   // Input is read in chunks and parsed from a buffer, so one read syscall
   // serves a whole header and payload, or several pipelined requests; their
   // replies leave in one write.
@@ -103,7 +231,13 @@ asio::awaitable<void> Session::Serve() {
   // Reused for every request, so large replies (inline GET) allocate and
   // fault their pages in once, not per request.
   Reply reply;
-  size_t small_frames = 0;  // since the last one that grew `in`
+  size_t small_frames = 0;   // since the last one that grew `in`
+  size_t small_replies = 0;  // since the last one that grew `reply.frame`
+  // The frame at `begin` is incomplete, and began to arrive then (counted
+  // from when the daemon was ready to read it, so time spent writing
+  // replies is not held against it).
+  bool partial = false;
+  Clock::time_point frame_since;
   bool closing = false;
   while (!closing) {
     while (!closing && end - begin >= protocol::kHeaderBytes) {
@@ -117,12 +251,14 @@ asio::awaitable<void> Session::Serve() {
       } else {
         const size_t frame = protocol::kHeaderBytes + h->payload_bytes;
         if (end - begin < frame) {
-          // Make room for the rest of this frame, then read it.
+          // Make room for more of this frame. The buffer grows (doubling,
+          // up to the frame) only as bytes fill it, so a header that
+          // announces a large payload costs nothing until the payload comes.
           if (in.size() - begin < frame) {
             std::memmove(in.data(), in.data() + begin, end - begin);
             end -= begin;
             begin = 0;
-            if (in.size() < frame) in.resize(frame);
+            if (end == in.size()) in.resize(std::min(frame, 2 * in.size()));
             small_frames = 0;
           }
           break;
@@ -136,13 +272,22 @@ asio::awaitable<void> Session::Serve() {
           co_await service_.Handle(state_, *h, *request, &reply);
         }
         begin += frame;
+        partial = false;
       }
       closing = reply.close;
       ++small_frames;
       if (reply.fds.empty() && reply.frame.size() < kReadChunk) {
+        ++small_replies;
         out.insert(out.end(), reply.frame.begin(), reply.frame.end());
+        // Backpressure: a worker that pipelines requests without reading
+        // the replies gets no more read than the socket takes of these.
+        if (out.size() >= kMaxQueuedReplyBytes) {
+          if (!(co_await Send(out, {})).ok()) closing = true;
+          out.clear();
+        }
         continue;
       }
+      small_replies = 0;
       // A reply with fds, or a large one (not worth a copy), goes alone,
       // after what was queued before it.
       if (!(co_await Send(out, {})).ok() || !(co_await Send(reply.frame, reply.fds)).ok()) {
@@ -158,21 +303,33 @@ asio::awaitable<void> Session::Serve() {
 
     if (begin == end) {
       begin = end = 0;
-      // Keep a buffer grown for large frames while they keep coming; give
-      // it back once the connection has gone back to small requests.
+      // Keep buffers grown for large frames while they keep coming; give
+      // them back once the connection has gone back to small ones.
       if (in.size() > 4 * kReadChunk && small_frames > 64) in.assign(kReadChunk, std::byte{0});
+      if (reply.frame.capacity() > 4 * kReadChunk && small_replies > 64) reply.frame = {};
     } else if (end == in.size()) {
       std::memmove(in.data(), in.data() + begin, end - begin);
       end -= begin;
       begin = 0;
     }
-    boost::system::error_code ec;
-    const size_t n =
-        co_await socket_.async_read_some(asio::buffer(in.data() + end, in.size() - end),
-                                         asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) break;  // the peer left (perhaps mid-frame), or Stop()
+    // The deadline of this read: the frame under way, and HELLO.
+    Deadline why = Deadline::kNone;
+    Clock::time_point at = Clock::time_point::max();
+    if (begin != end) {
+      if (!partial) frame_since = Clock::now();
+      partial = true;
+      why = Deadline::kFrame;
+      at = frame_since + frame_timeout;
+    }
+    if (!state_.attached && hello_deadline < at) {
+      why = Deadline::kHello;
+      at = hello_deadline;
+    }
+    const size_t n = co_await ReadSome(std::span(in).subspan(end), why, at);
+    if (n == 0) break;  // the peer left (perhaps mid-frame), a deadline passed, or Stop()
     end += n;
   }
+  Disarm();
   boost::system::error_code ignored;
   socket_.close(ignored);
   if (!state_.allocations.empty() || !state_.leases.empty()) {

@@ -1,35 +1,92 @@
 // Session: one worker's connection. Reads frames, has the Service answer
 // them, writes the replies in request order; on disconnect (or a malformed
-// frame) it ends, and its open writes and leases go with it.
+// frame, or a missed deadline) it ends, and its open writes and leases go
+// with it.
+//
+// Deadlines (DaemonConfig): a connection completes HELLO within
+// hello_timeout_ms of connecting; a request frame arrives whole within
+// frame_timeout_ms of its first byte; the worker takes each reply within
+// reply_timeout_ms. Missing one closes the connection. None of them can
+// hold up another session: every session is a coroutine on the io thread
+// and none of them blocks it.
+//
+// Memory of one session: its input buffer (grows with the bytes that
+// arrive, up to one frame, <= max_payload + 24 bytes), its reply buffer (the
+// largest recent reply, <= max_payload) and small replies queued for one
+// write (<= kMaxQueuedReplyBytes). Past that the session writes what is
+// queued and reads no more requests until the worker takes it:
+// backpressure, not an unbounded queue, and the reply deadline ends a
+// worker that never reads.
+//
+// Thread-safety: everything runs on the io thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "daemon/asio.h"
+#include "daemon/log.h"
 #include "daemon/service.h"
 
 namespace kvtier::daemon {
 
-class Session {
- public:
-  Session(asio::local::stream_protocol::socket socket, Service& service,
-          const DaemonConfig& config);
+// Small replies queued for one write, at most; then the session writes them
+// before it reads another request.
+inline constexpr size_t kMaxQueuedReplyBytes = 256 * 1024;
 
-  // Runs until the peer leaves, a frame is malformed, or Stop(). The
-  // coroutine owns `self`, so the session lives exactly as long as it runs.
+// Rate-limited lines shared by all sessions: one hostile client may open
+// thousands of connections, and each kind of trouble is one line per 10 s.
+struct SessionLogs {
+  RateLimitedLog timeouts;  // hello, frame and reply deadlines missed
+  RateLimitedLog denied;    // peers not on the allow lists
+  RateLimitedLog full;      // connections past max_sessions
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  // `refusal`, when not OK, is the error reply to the connection's first
+  // request, after which it closes: the peer may not attach (allow lists)
+  // or the daemon serves max_sessions already. A refused connection is not
+  // a session: it reads one frame header, at most hello_timeout_ms.
+  Session(asio::local::stream_protocol::socket socket, Service& service, const DaemonConfig& config,
+          SessionLogs& logs, PeerCredentials peer, Status refusal = Status::Ok());
+
+  // Runs until the peer leaves, a frame is malformed, a deadline passes, or
+  // Stop(). The coroutine owns `self`, so the session lives exactly as long
+  // as it runs.
   static asio::awaitable<void> Run(std::shared_ptr<Session> self);
   // Ends the session after the request in flight: no more requests are read.
   void Stop();
+  bool refusing() const { return !refusal_.ok(); }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  enum class Deadline { kNone, kHello, kFrame, kReply };
+
   asio::awaitable<void> Serve();
-  // Writes `frame` whole, with `fds` attached to its first byte.
+  asio::awaitable<void> Refuse();
+  // Writes `frame` whole, with `fds` attached to its first byte; a write
+  // that waits for the worker is bounded by reply_timeout_ms.
   asio::awaitable<Status> Send(std::span<const std::byte> frame, const std::vector<int>& fds);
+  // Reads what is there (at least a byte) into `into`; 0 at EOF, on an
+  // error, or when `deadline` (unless kNone) passes first.
+  asio::awaitable<size_t> ReadSome(std::span<std::byte> into, Deadline why, Clock::time_point at);
+  // The timer closes the connection at `at` unless re-armed or disarmed.
+  void Arm(Deadline why, Clock::time_point at);
+  void Disarm();
+  void OnDeadline();
+  // When a stopping session gives up on a worker that does not read.
+  static Clock::time_point StopDeadline();
 
   asio::local::stream_protocol::socket socket_;
   Service& service_;
   const DaemonConfig& config_;
+  SessionLogs& logs_;
+  const Status refusal_;
   SessionState state_;
+  asio::steady_timer timer_;
+  Deadline armed_ = Deadline::kNone;
+  Clock::time_point armed_at_;
   bool stopping_ = false;
 };
 

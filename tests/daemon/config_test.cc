@@ -50,6 +50,16 @@ max_keys = 1024
 copy_threads = 3
 busy_poll_us = 0
 secret = "00112233445566778899aabbccddeeff"
+socket_owner = 0
+socket_group = "0"
+allow_uids = [1000, 1001]
+allow_gids = [27]
+max_sessions = 16
+max_leases_per_session = 32
+max_allocations_per_session = 8
+hello_timeout_ms = 2000
+frame_timeout_ms = 3000
+reply_timeout_ms = 4000
 [host]
 capacity = "2GiB"
 slab = "16MiB"
@@ -67,6 +77,16 @@ policy = "lru"
   EXPECT_EQ(c->max_keys, 1024u);
   EXPECT_EQ(c->copy_threads, 3u);
   EXPECT_EQ(c->busy_poll_us, 0u);
+  EXPECT_EQ(c->socket_owner, "0");
+  EXPECT_EQ(c->socket_group, "0");
+  EXPECT_EQ(c->allow_uids, (std::vector<uint32_t>{1000, 1001}));
+  EXPECT_EQ(c->allow_gids, std::vector<uint32_t>{27});
+  EXPECT_EQ(c->max_sessions, 16u);
+  EXPECT_EQ(c->max_leases_per_session, 32u);
+  EXPECT_EQ(c->max_allocations_per_session, 8u);
+  EXPECT_EQ(c->hello_timeout_ms, 2000u);
+  EXPECT_EQ(c->frame_timeout_ms, 3000u);
+  EXPECT_EQ(c->reply_timeout_ms, 4000u);
   EXPECT_EQ(c->host_capacity_bytes, 2 * kGiB);
   EXPECT_EQ(c->host_slab_bytes, 16 * kMiB);
   EXPECT_FALSE(c->host_reserve_memory);
@@ -101,6 +121,46 @@ TEST_F(ConfigTest, ValidateRejectsBadValues) {
   c = {};
   c.ssd_prepare = "fallocate";
   EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.max_sessions = 0;
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.max_leases_per_session = 0;
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.hello_timeout_ms = 0;
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.socket_group = "no-such-group-kvtier";
+  EXPECT_FALSE(c.Validate().ok());
+}
+
+TEST_F(ConfigTest, FlagsSetTheLimitsAndTheAllowLists) {
+  std::vector<std::string> args = {"kvtierd", "--max-sessions",
+                                   "7",       "--max-leases-per-session",
+                                   "9",       "--max-allocations-per-session",
+                                   "3",       "--hello-timeout-ms",
+                                   "1500",    "--frame-timeout-ms",
+                                   "2500",    "--reply-timeout-ms",
+                                   "3500",    "--allow-uids",
+                                   "0, 1000", "--allow-gids",
+                                   "5",       "--socket-owner",
+                                   "0",       "--socket-group",
+                                   "0"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  const ParsedArgs p = ParseArgs(static_cast<int>(argv.size()), argv.data());
+  ASSERT_FALSE(p.exit_now);
+  EXPECT_EQ(p.config.max_sessions, 7u);
+  EXPECT_EQ(p.config.max_leases_per_session, 9u);
+  EXPECT_EQ(p.config.max_allocations_per_session, 3u);
+  EXPECT_EQ(p.config.hello_timeout_ms, 1500u);
+  EXPECT_EQ(p.config.frame_timeout_ms, 2500u);
+  EXPECT_EQ(p.config.reply_timeout_ms, 3500u);
+  EXPECT_EQ(p.config.allow_uids, (std::vector<uint32_t>{0, 1000}));
+  EXPECT_EQ(p.config.allow_gids, std::vector<uint32_t>{5});
+  EXPECT_EQ(p.config.socket_owner, "0");
+  EXPECT_EQ(p.config.socket_group, "0");
 }
 
 TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
@@ -127,6 +187,18 @@ TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
   EXPECT_EQ(c->ssd_queue, d.ssd_queue);
   EXPECT_EQ(c->ssd_write_through, d.ssd_write_through);
   EXPECT_EQ(c->ssd_prepare, d.ssd_prepare);
+  EXPECT_EQ(c->socket_owner, d.socket_owner);
+  EXPECT_EQ(c->socket_group, d.socket_group);
+  EXPECT_EQ(c->allow_uids, d.allow_uids);
+  EXPECT_EQ(c->allow_gids, d.allow_gids);
+  EXPECT_EQ(c->max_sessions, d.max_sessions);
+  EXPECT_EQ(c->max_leases_per_session, d.max_leases_per_session);
+  EXPECT_EQ(c->max_allocations_per_session, d.max_allocations_per_session);
+  EXPECT_EQ(c->hello_timeout_ms, d.hello_timeout_ms);
+  EXPECT_EQ(c->frame_timeout_ms, d.frame_timeout_ms);
+  EXPECT_EQ(c->reply_timeout_ms, d.reply_timeout_ms);
+  EXPECT_EQ(c->metrics_address, d.metrics_address);
+  EXPECT_TRUE(IsLoopbackAddress(c->metrics_address));
 }
 
 }  // namespace

@@ -222,6 +222,15 @@ bool RawConnection::ClosedByPeer(std::chrono::milliseconds timeout) {
   return !timed_out;
 }
 
+uint64_t ResidentBytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;  // "... kB"
+  }
+  return 0;
+}
+
 void FillPattern(std::span<std::byte> bytes, const prefix_index::BlockKey& key) {
   uint64_t x = key.hi ^ (key.lo * 0x9e3779b97f4a7c15ULL) ^ 1;
   for (size_t i = 0; i < bytes.size(); i += 8) {

@@ -12,7 +12,23 @@
 
 #include "protocol/wire.h"
 
+// True when this tree is built with AddressSanitizer or ThreadSanitizer
+// (cmake/sanitizers.cmake builds the daemon the tests spawn the same way):
+// their shadow memory and quarantine make resident-memory bounds moot.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KVTIER_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define KVTIER_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef KVTIER_TEST_SANITIZED
+#define KVTIER_TEST_SANITIZED 0
+#endif
+
 namespace kvtier::testing {
+
+inline constexpr bool kSanitized = KVTIER_TEST_SANITIZED != 0;
 
 class Daemon {
  public:
@@ -69,6 +85,10 @@ class RawConnection {
   bool ReadExact(std::byte* out, size_t n, std::chrono::milliseconds timeout, bool* timed_out);
   int fd_;
 };
+
+// The resident memory of process `pid` (VmRSS in /proc/<pid>/status), in
+// bytes; 0 if it cannot be read.
+uint64_t ResidentBytes(pid_t pid);
 
 // The bytes every test writer puts under `key`: a pattern no other key
 // shares, so any reader can check any block it gets back.

@@ -147,6 +147,75 @@ TEST_F(IntegrationTest, AnotherNamespaceNeverHits) {
   EXPECT_EQ(a->Lookup(keys)->tiers.size(), 6u);
 }
 
+// Two tenants of one model (same model, different salt) write the same
+// tokens: each namespace has its own secret, so each computes other keys;
+// neither ever finds, leases or reads the other's blocks, in either tier,
+// even when one writes under the other's key values (as if it had learned
+// them): the index is keyed by namespace too.
+TEST_F(IntegrationTest, TenantsWritingIdenticalTokensNeverGetEachOthersBlocks) {
+  Start({"--device", "emulated", "--device-capacity", "4MiB"});
+  auto a = Connect("llama-test", "tenant-a");
+  auto b = Connect("llama-test", "tenant-b");
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(a->session().namespace_id, b->session().namespace_id);
+  EXPECT_NE(a->session().namespace_secret, b->session().namespace_secret);
+  const auto tokens = Prompt(7, 16 * 8);
+  const auto ka = Put(*a, tokens);
+  const auto kb = Put(*b, tokens, WireTier::kDevice);
+  ASSERT_EQ(ka.size(), 8u);
+  for (size_t i = 0; i < ka.size(); ++i) EXPECT_NE(ka[i], kb[i]) << i;
+  auto expect_reads = [](Client& c, const std::vector<BlockKey>& keys, WireTier tier,
+                         const std::vector<BlockKey>& pattern_of) {
+    auto lease = c.Acquire(keys, tier);
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    ASSERT_EQ(lease->size(), keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      EXPECT_TRUE(MatchesPattern(lease->Bytes(i), pattern_of[i])) << i;
+    }
+    ASSERT_TRUE(lease->Release().ok());  // GET reads from the host: unpin them
+    auto got = c.GetInline(keys);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->hits, keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      EXPECT_TRUE(MatchesPattern(std::span(got->data).subspan(i * c.block_bytes(), c.block_bytes()),
+                                 pattern_of[i]))
+          << i;
+    }
+  };
+  auto expect_nothing = [](Client& c, const std::vector<BlockKey>& keys) {
+    EXPECT_EQ(c.Lookup(keys)->tiers.size(), 0u);
+    EXPECT_EQ(c.Acquire(keys, WireTier::kHost)->size(), 0u);
+    EXPECT_EQ(c.Acquire(keys, WireTier::kDevice)->size(), 0u);
+    EXPECT_EQ(c.GetInline(keys)->hits, 0u);
+  };
+  // Each reads its own, in both tiers; neither finds the other's.
+  expect_reads(*a, ka, WireTier::kHost, ka);
+  expect_reads(*b, kb, WireTier::kDevice, kb);
+  expect_reads(*a, ka, WireTier::kDevice, ka);
+  expect_reads(*b, kb, WireTier::kHost, kb);
+  expect_nothing(*a, kb);
+  expect_nothing(*b, ka);
+
+  // b writes bytes of its own under a's key values...
+  std::vector<BlockKey> forged_pattern(ka.size());
+  std::vector<std::byte> data(ka.size() * b->block_bytes());
+  for (size_t i = 0; i < ka.size(); ++i) {
+    forged_pattern[i] = BlockKey{~ka[i].lo, ka[i].hi};
+    FillPattern(std::span(data).subspan(i * b->block_bytes(), b->block_bytes()), forged_pattern[i]);
+  }
+  auto put = b->PutInline(ka, data);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(put->states, std::vector<WireWriteState>(8, WireWriteState::kAllocated));
+  // ...and reads them back; a still reads its own bytes under the same keys.
+  expect_reads(*b, ka, WireTier::kHost, forged_pattern);
+  expect_reads(*a, ka, WireTier::kHost, ka);
+  // Removing them in b's namespace leaves a's alone.
+  EXPECT_GE(*b->Remove(ka), 1u);  // the first key, with what hangs below it
+  expect_nothing(*b, ka);
+  expect_reads(*a, ka, WireTier::kHost, ka);
+  EXPECT_EQ(StatsOf(*a)["namespaces"], "2");
+}
+
 TEST_F(IntegrationTest, ClientKilledMidWriteLeavesNoSlotOrLeaseBehind) {
   Start();
   auto observer = Connect();
