@@ -1,7 +1,9 @@
 #include "replay/trace.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -11,6 +13,11 @@ namespace {
 using nlohmann::json;
 
 constexpr uint32_t kMooncakeBlockTokens = 512;
+// Bounds on what a trace may say (trace.h): deeper sub-agent nesting would
+// exhaust the stack of the recursive reader; later times overflow the
+// nanosecond clocks a replay schedules them on.
+constexpr int kMaxSubAgentDepth = 64;
+constexpr double kMaxAbsTimeS = 1e9;
 
 Status Bad(const std::string& path, const std::string& where, const std::string& what) {
   return InvalidArgumentError(path + (where.empty() ? "" : ":" + where) + ": " + what);
@@ -18,8 +25,12 @@ Status Bad(const std::string& path, const std::string& where, const std::string&
 
 // Reads a request object of either format's field names.
 Status ReadRequest(const json& j, const std::string& path, const std::string& where, bool mooncake,
-                   double time_offset_s, uint32_t file, std::vector<TraceRequest>* out) {
+                   double time_offset_s, uint32_t file, int depth, std::vector<TraceRequest>* out) {
   if (!j.is_object()) return Bad(path, where, "a request is not an object");
+  if (depth > kMaxSubAgentDepth) {
+    return Bad(path, where,
+               "sub-agents nested deeper than " + std::to_string(kMaxSubAgentDepth) + " levels");
+  }
   TraceRequest r;
   r.file = file;
   const char* t = mooncake ? "timestamp" : "t";
@@ -31,6 +42,9 @@ Status ReadRequest(const json& j, const std::string& path, const std::string& wh
   }
   // Mooncake timestamps are milliseconds; kv-cache-tester's seconds.
   r.time_s = time_offset_s + j[t].get<double>() / (mooncake ? 1000.0 : 1.0);
+  if (!(std::abs(r.time_s) <= kMaxAbsTimeS)) {
+    return Bad(path, where, "time is not within 1e9 s of the trace's start");
+  }
   r.input_tokens = j[in].get<uint64_t>();
   if (j.contains(outk) && j[outk].is_number_unsigned()) r.output_tokens = j[outk].get<uint64_t>();
   r.ids.reserve(j["hash_ids"].size());
@@ -45,7 +59,7 @@ Status ReadRequest(const json& j, const std::string& path, const std::string& wh
     for (size_t i = 0; i < j["requests"].size(); ++i) {
       KVTIER_RETURN_IF_ERROR(ReadRequest(j["requests"][i], path,
                                          where + "/requests[" + std::to_string(i) + "]", false,
-                                         out->back().time_s, file, out));
+                                         out->back().time_s, file, depth + 1, out));
     }
   }
   return Status::Ok();
@@ -63,9 +77,12 @@ Status ReadFile(const std::string& path, uint32_t file, Trace* trace) {
   // kv-cache-tester: one JSON document with "requests".
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_discarded() && doc.is_object() && doc.contains("requests")) {
-    if (!doc.contains("block_size") || !doc["block_size"].is_number_unsigned()) {
-      return Bad(path, "", "a kv-cache-tester trace needs block_size");
+    if (!doc.contains("block_size") || !doc["block_size"].is_number_unsigned() ||
+        doc["block_size"].get<uint64_t>() == 0 ||
+        doc["block_size"].get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+      return Bad(path, "", "a kv-cache-tester trace needs block_size, a positive 32-bit integer");
     }
+    if (!doc["requests"].is_array()) return Bad(path, "", "requests is not an array");
     const auto block = doc["block_size"].get<uint32_t>();
     if (trace->block_tokens != 0 && trace->block_tokens != block) {
       return Bad(path, "",
@@ -75,7 +92,7 @@ Status ReadFile(const std::string& path, uint32_t file, Trace* trace) {
     trace->block_tokens = block;
     for (size_t i = 0; i < doc["requests"].size(); ++i) {
       KVTIER_RETURN_IF_ERROR(ReadRequest(doc["requests"][i], path,
-                                         "requests[" + std::to_string(i) + "]", false, 0, file,
+                                         "requests[" + std::to_string(i) + "]", false, 0, file, 0,
                                          &trace->requests));
     }
     return Status::Ok();
@@ -95,7 +112,7 @@ Status ReadFile(const std::string& path, uint32_t file, Trace* trace) {
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded()) return Bad(path, std::to_string(n), "not JSON");
     KVTIER_RETURN_IF_ERROR(
-        ReadRequest(j, path, std::to_string(n), true, 0, file, &trace->requests));
+        ReadRequest(j, path, std::to_string(n), true, 0, file, 0, &trace->requests));
   }
   return Status::Ok();
 }

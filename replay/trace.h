@@ -15,7 +15,7 @@
 namespace kvtier::replay {
 
 struct TraceRequest {
-  double time_s = 0;  // since the trace's start
+  double time_s = 0;  // since the trace's start; finite, within +-1e9 s
   uint64_t input_tokens = 0;
   uint64_t output_tokens = 0;
   uint32_t file = 0;          // which input file (the id namespace)
@@ -23,7 +23,7 @@ struct TraceRequest {
 };
 
 struct Trace {
-  uint32_t block_tokens = 0;
+  uint32_t block_tokens = 0;           // > 0 in every trace ReadTraces returns
   std::vector<TraceRequest> requests;  // in time order
   uint64_t block_refs = 0;             // Σ ids over requests
 };
@@ -32,7 +32,9 @@ struct Trace {
 // JSON object with "requests": kv-cache-tester; one object per line:
 // Mooncake, whose blocks are 512 tokens). Files of different block sizes
 // cannot be mixed. Requests of several files are merged by time.
-// InvalidArgument names the file and line of anything malformed.
+// InvalidArgument names the file and line of anything malformed, including
+// a block size of 0, a time beyond 1e9 s and sub-agents nested more than 64
+// deep (any input file gives a clear error; none exhausts the stack).
 Result<Trace> ReadTraces(std::span<const std::string> paths);
 
 }  // namespace kvtier::replay

@@ -7,6 +7,9 @@ set -euo pipefail
 packages=(
   # toolchain
   cmake ninja-build pkg-config g++ clang-format
+  # sanitizer and fuzzing builds (scripts/test.sh, docs/hardening.md)
+  clang-14 libclang-rt-14-dev # clang with its ASan/UBSan/TSan runtimes and libFuzzer
+  llvm-14             # llvm-symbolizer: file:line in sanitizer reports
   # libraries
   libboost-dev        # Boost.Asio (header-only) for the daemon
   librocksdb-dev      # SSD tier index

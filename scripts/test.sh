@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
-# The test command: installs the dependencies (Debian 12, as root), configures
-# with warnings as errors and assertions on, builds everything (tests and
-# benchmarks), and runs every test. .ci/run calls exactly this.
+# The test command: installs the dependencies (Debian 12, as root), then runs
+# four stages (docs/hardening.md). .ci/run calls exactly this.
 #
-#   ./scripts/test.sh            # build dir: build-test
-#   BUILD_DIR=/tmp/b ./scripts/test.sh
+#   1. normal  g++, warnings as errors, assertions on, the CUDA parts when
+#              nvcc is found: builds everything and runs every test.
+#   2. asan    clang, AddressSanitizer + UndefinedBehaviorSanitizer (and the
+#              fuzz targets): runs every test but the build-system ones.
+#   3. tsan    clang, ThreadSanitizer: the engine (tiers) and daemon tests,
+#              less those that drive the real RocksDB (not TSan-instrumented).
+#   4. fuzz    each libFuzzer target for KVTIER_CI_FUZZ_SECONDS over its corpus.
+#
+# Every stage is on by default; set its variable to 0 to skip it:
+#   KVTIER_CI_NORMAL, KVTIER_CI_ASAN, KVTIER_CI_TSAN, KVTIER_CI_FUZZ, or
+#   KVTIER_CI_SANITIZERS=0 for stages 2-4 at once. The first failed stage
+#   ends the run, unless KVTIER_CI_KEEP_GOING=1.
+#
+#   ./scripts/test.sh                            # everything (build dirs build-test*)
+#   KVTIER_CI_SANITIZERS=0 ./scripts/test.sh     # the normal stage only
+#   KVTIER_CI_NORMAL=0 KVTIER_CI_ASAN=0 KVTIER_CI_FUZZ=0 ./scripts/test.sh   # TSan only
+#   BUILD_DIR=/tmp/b ./scripts/test.sh           # /tmp/b, /tmp/b-asan, /tmp/b-tsan
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,11 +26,177 @@ cd "$(dirname "$0")/.."
 
 build=${BUILD_DIR:-build-test}
 jobs=$(nproc)
-# RelWithDebInfo without -DNDEBUG: optimized, and every assert (the
-# REQUIRES: preconditions) is checked while the tests run.
-cmake -S . -B "$build" -G Ninja \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g" \
-  -DKVTIER_WERROR=ON
-cmake --build "$build" -j"$jobs"
-ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600
+sanitizers=${KVTIER_CI_SANITIZERS:-1}
+run_normal=${KVTIER_CI_NORMAL:-1}
+run_asan=${KVTIER_CI_ASAN:-$sanitizers}
+run_tsan=${KVTIER_CI_TSAN:-$sanitizers}
+run_fuzz=${KVTIER_CI_FUZZ:-$sanitizers}
+fuzz_seconds=${KVTIER_CI_FUZZ_SECONDS:-60}
+symbolizer=/usr/lib/llvm-14/bin/llvm-symbolizer
+
+# ---- stage bookkeeping: wall time and outcome of each, printed at the end --
+stage_times=()
+failed_stages=()
+report() {
+  if [ ${#stage_times[@]} -gt 0 ]; then
+    echo "== test.sh: stage wall times"
+    printf '   %s\n' "${stage_times[@]}"
+  fi
+  if [ ${#failed_stages[@]} -gt 0 ]; then
+    echo "== test.sh: FAILED: ${failed_stages[*]}" >&2
+  fi
+}
+trap report EXIT
+# Runs one stage in a subshell that stops at its first failing command. A
+# failed stage ends the run, unless KVTIER_CI_KEEP_GOING=1 (then every stage
+# runs and the script fails at the end).
+run_stage() {
+  local name=$1 t0=$SECONDS rc
+  shift
+  echo "== stage $name"
+  set +e
+  (
+    set -e
+    "$@"
+  )
+  rc=$?
+  set -e
+  local outcome=ok
+  if [ $rc -ne 0 ]; then
+    outcome=FAILED
+    failed_stages+=("$name")
+  fi
+  stage_times+=("$(printf '%-7s %5d s  %s' "$name" $((SECONDS - t0)) "$outcome")")
+  if [ $rc -ne 0 ] && [ "${KVTIER_CI_KEEP_GOING:-0}" != 1 ]; then exit $rc; fi
+}
+
+# Fails, printing them, if any sanitizer wrote a report into `dir` (reports
+# go to files so that those of the daemons the tests start are caught too).
+check_sanitizer_logs() {
+  local dir=$1
+  if compgen -G "$dir/*" >/dev/null; then
+    echo "== sanitizer reports in $dir:" >&2
+    for f in "$dir"/*; do
+      echo "---- $f" >&2
+      cat "$f" >&2
+    done
+    return 1
+  fi
+}
+
+# clang build for the sanitizers: RelWithDebInfo at -O1 with line tables
+# (enough for file:line in reports, much cheaper to build than -g), asserts
+# on, no CUDA (nvcc code is not sanitized), no benchmarks.
+configure_clang() {
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DKVTIER_WERROR=ON -DKVTIER_CUDA=OFF -DKVTIER_BUILD_BENCH=OFF "$@"
+}
+
+# ---- 1. normal --------------------------------------------------------------
+stage_normal() {
+  # RelWithDebInfo without -DNDEBUG: optimized, and every assert (the
+  # REQUIRES: preconditions) is checked while the tests run.
+  cmake -S . -B "$build" -G Ninja \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g" \
+    -DKVTIER_WERROR=ON
+  cmake --build "$build" -j"$jobs"
+  ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600
+}
+
+# ---- 2. ASan + UBSan ---------------------------------------------------------
+asan_build="$build-asan"
+configure_asan() {
+  configure_clang "$asan_build" -DKVTIER_SANITIZE=address,undefined -DKVTIER_FUZZ=ON
+}
+stage_asan() {
+  configure_asan
+  cmake --build "$asan_build" -j"$jobs"
+  local logs="$PWD/$asan_build/sanitizer-logs" failed=0
+  rm -rf "$logs" && mkdir -p "$logs"
+  # Left out: the layering tests (compile-time checks whose expected error
+  # text is g++'s) and the packaging test (builds a consumer with plain c++
+  # against the installed libraries, which cannot link without the ASan
+  # runtime). Both test the build, not the code; stage 1 runs them.
+  ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1:log_path=$logs/asan" \
+  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan" \
+  LSAN_OPTIONS="suppressions=$PWD/cmake/lsan.supp:print_suppressions=0" \
+  ASAN_SYMBOLIZER_PATH=$symbolizer \
+    ctest --test-dir "$asan_build" --output-on-failure -j"$jobs" --timeout 900 \
+      -LE '^(layering|packaging)$' || failed=1
+  check_sanitizer_logs "$logs" || failed=1
+  return $failed
+}
+
+# ---- 3. TSan -----------------------------------------------------------------
+tsan_build="$build-tsan"
+# Tests that drive the real RocksDB, which Debian builds without TSan: its
+# internal synchronization is invisible to TSan, which then reports races
+# on every block handed to it (BUILD-NOTES.md). They run under ASan and in
+# stage 1. SsdSpaceTest and the tiers' other tests use no RocksDB and stay.
+tsan_excluded='^(SsdStoreTest|SsdEngineTest|SsdRestartTest|MetricsTest)\.'
+stage_tsan() {
+  configure_clang "$tsan_build" -DKVTIER_SANITIZE=thread
+  cmake --build "$tsan_build" -j"$jobs" --target tiers_test daemon_test kvtierd kvtier
+  local logs="$PWD/$tsan_build/sanitizer-logs" failed=0
+  rm -rf "$logs" && mkdir -p "$logs"
+  # Without address-space randomization: clang 14's TSan runtime refuses to
+  # start on kernels with high mmap entropy (vm.mmap_rnd_bits > 28).
+  local norandom=()
+  if setarch "$(uname -m)" -R true 2>/dev/null; then norandom=(setarch "$(uname -m)" -R); fi
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/cmake/tsan.supp:log_path=$logs/tsan:external_symbolizer_path=$symbolizer" \
+    "${norandom[@]}" ctest --test-dir "$tsan_build" --output-on-failure -j"$jobs" --timeout 900 \
+      -L '^(tiers|daemon)$' -E "$tsan_excluded" || failed=1
+  check_sanitizer_logs "$logs" || failed=1
+  return $failed
+}
+
+# ---- 4. fuzz -------------------------------------------------------------------
+# All targets at once (two cores, three targets), each for fuzz_seconds,
+# starting from the committed corpus; new inputs go to a scratch corpus in
+# the build tree, crashes to its artifacts folder.
+stage_fuzz() {
+  configure_asan
+  cmake --build "$asan_build" -j"$jobs" --target wire_fuzzer trace_fuzzer config_fuzzer
+  local pids=() targets=(wire trace config) failed=0
+  for t in "${targets[@]}"; do
+    local work="$asan_build/fuzz-work/$t"
+    rm -rf "$work" && mkdir -p "$work/corpus" "$work/artifacts"
+    local dict=()
+    [ -f "fuzz/dict/$t.dict" ] && dict=("-dict=fuzz/dict/$t.dict")
+    ASAN_OPTIONS="halt_on_error=1:detect_leaks=1" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+    ASAN_SYMBOLIZER_PATH=$symbolizer \
+      "$asan_build/fuzz/${t}_fuzzer" -max_total_time="$fuzz_seconds" -timeout=10 \
+        -rss_limit_mb=2048 -print_final_stats=1 "${dict[@]}" \
+        -artifact_prefix="$work/artifacts/" "$work/corpus" "fuzz/corpus/$t" \
+        >"$work/log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!targets[@]}"; do
+    local t=${targets[$i]} work="$asan_build/fuzz-work/${targets[$i]}"
+    if wait "${pids[$i]}"; then
+      echo "-- ${t}_fuzzer: $(grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)' \
+        "$work/log" | sed 's/^stat:://; s/: */=/' | tr '\n' ' ')"
+    else
+      failed=1
+      echo "-- ${t}_fuzzer FAILED; the input is in $work/artifacts/. Reproduce with" >&2
+      echo "   $asan_build/fuzz/${t}_fuzzer $work/artifacts/<file>; once fixed, add it to" >&2
+      echo "   fuzz/corpus/$t/ as a regression seed. The end of its log:" >&2
+      tail -n 60 "$work/log" >&2
+    fi
+  done
+  return $failed
+}
+
+[ "$run_normal" = 0 ] || run_stage normal stage_normal
+[ "$run_asan" = 0 ] || run_stage asan stage_asan
+[ "$run_tsan" = 0 ] || run_stage tsan stage_tsan
+[ "$run_fuzz" = 0 ] || run_stage fuzz stage_fuzz
+[ ${#failed_stages[@]} -eq 0 ]

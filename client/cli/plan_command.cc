@@ -120,7 +120,11 @@ Result<std::vector<TierPlan>> Tiers(const PlanOptions& o, std::string* source) {
       KVTIER_ASSIGN_OR_RETURN(c, daemon::LoadConfigFile(o.config));
       *source = o.config;
     }
-    tiers[0] = {"device", c.device_mode != "off", c.device_capacity_bytes};
+    // "auto" depends on the serving node having a GPU, which a plan made
+    // from a file cannot know: counted only when asked for outright (or
+    // with --device-capacity, or read from a running daemon with --daemon).
+    tiers[0] = {"device", c.device_mode == "cuda" || c.device_mode == "emulated",
+                c.device_capacity_bytes};
     tiers[1] = {"host", true, c.host_capacity_bytes};
     tiers[2] = {"ssd", !c.ssd_dir.empty(), c.ssd_capacity_bytes};
   }

@@ -77,5 +77,49 @@ TEST_F(TraceTest, MalformedInputIsAClearError) {
   EXPECT_FALSE(ReadTraces(mixed).ok());
 }
 
+// Inputs that used to read into a trace its users cannot handle, or crash
+// the reader; fuzz/corpus/trace/regress-* hold them for trace_fuzzer too.
+TEST_F(TraceTest, HostileInputIsAClearErrorNamingTheFile) {
+  auto expect_error = [&](const std::string& name, const std::string& text,
+                          const std::string& why) {
+    auto t = ReadTraces(std::vector<std::string>{Write(name, text)});
+    ASSERT_FALSE(t.ok()) << name;
+    EXPECT_NE(t.status().message().find(name), std::string_view::npos) << t.status().ToString();
+    EXPECT_NE(t.status().message().find(why), std::string_view::npos) << t.status().ToString();
+  };
+  // A block size of 0 (or one past 32 bits, which used to wrap to 0) made
+  // `kvtier replay --live` divide by zero.
+  expect_error("zero.json", R"({"block_size":0,"requests":[]})", "block_size");
+  expect_error("wrap.json", R"({"block_size":4294967296,"requests":[]})", "block_size");
+  // "requests" of another type was a type_error without the file's name.
+  expect_error("obj.json", R"({"block_size":64,"requests":{"t":0}})", "not an array");
+  // Sub-agent times add up past any clock a replay can sleep on (to inf).
+  expect_error("inf.json",
+               R"({"block_size":64,"requests":[{"t":1e308,"in":1,"hash_ids":[],
+                   "requests":[{"t":1e308,"in":1,"hash_ids":[]}]}]})",
+               "1e9 s");
+  expect_error("late.jsonl", "{\"timestamp\": 1e13, \"input_length\": 1, \"hash_ids\": []}\n",
+               "1e9 s");
+  // Sub-agents nested 20,000 deep overflowed the stack of the reader.
+  std::string deep = R"({"block_size":64,"requests":[)";
+  for (int i = 0; i < 20000; ++i) deep += R"({"t":0,"in":1,"hash_ids":[],"requests":[)";
+  deep += R"({"t":0,"in":1,"hash_ids":[]})";
+  for (int i = 0; i < 20000; ++i) deep += "]}";
+  deep += "]}";
+  expect_error("deep.json", deep, "nested deeper than 64");
+}
+
+TEST_F(TraceTest, SubAgentsNestedSixtyFourDeepAreRead) {
+  std::string text = R"({"block_size":64,"requests":[)";
+  for (int i = 0; i < 64; ++i) text += R"({"t":1,"in":64,"hash_ids":[1],"requests":[)";
+  text += R"({"t":1,"in":64,"hash_ids":[1]})";
+  for (int i = 0; i < 64; ++i) text += "]}";
+  text += "]}";
+  auto t = ReadTraces(std::vector<std::string>{Write("deep.json", text)});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->requests.size(), 65u);
+  EXPECT_DOUBLE_EQ(t->requests.back().time_s, 65.0);
+}
+
 }  // namespace
 }  // namespace kvtier::replay
