@@ -19,6 +19,7 @@
 #include "common/units.h"
 #include "tiers/internal/cuda_runtime.h"
 #include "tiers/internal/slab_allocator.h"
+#include "tiers/internal/slab_tier.h"
 #include "tiers/tier.h"
 
 namespace kvtier::tiers {
@@ -39,11 +40,11 @@ Status SyscallError(const char* call, int err) {
 }
 
 // Owns the mapping and the fd; unmaps and closes on destruction.
-class ArenaTier final : public Tier {
+class ArenaTier final : public internal::SlabTier {
  public:
   ArenaTier(TierKind kind, SlabAllocator allocator, int fd, std::byte* base, bool async_copies)
-      : kind_(kind),
-        allocator_(std::move(allocator)),
+      : SlabTier(std::move(allocator)),
+        kind_(kind),
         fd_(fd),
         base_(base),
         async_copies_(async_copies) {}
@@ -74,24 +75,13 @@ class ArenaTier final : public Tier {
   }
   bool copies_async() const override { return async_copies_; }
 
-  uint64_t capacity_bytes() const override { return allocator_.capacity_bytes(); }
-  uint64_t used_bytes() const override { return allocator_.used_bytes(); }
-  uint64_t SlotBytes(uint64_t block_bytes) const override {
-    return SlabAllocator::SlotBytes(block_bytes);
-  }
-
-  Result<SlotId> Allocate(uint64_t block_bytes) override {
-    return allocator_.Allocate(block_bytes);
-  }
-  void Free(SlotId slot) override { allocator_.Free(slot); }
-
   Status Read(SlotId slot, std::span<std::byte> dst) override {
-    KVTIER_RETURN_IF_ERROR(CheckSpan(slot, dst.size(), "Read"));
+    KVTIER_RETURN_IF_ERROR(CheckSlot(slot, dst.size(), "Read"));
     std::memcpy(dst.data(), At(slot), dst.size());
     return Status::Ok();
   }
   Status Write(SlotId slot, std::span<const std::byte> src) override {
-    KVTIER_RETURN_IF_ERROR(CheckSpan(slot, src.size(), "Write"));
+    KVTIER_RETURN_IF_ERROR(CheckSlot(slot, src.size(), "Write"));
     std::memcpy(At(slot), src.data(), src.size());
     return Status::Ok();
   }
@@ -100,34 +90,18 @@ class ArenaTier final : public Tier {
     // An empty span would read as "not host-addressable"; a bad slot here is
     // a caller bug, so it asserts, and release builds get the empty span
     // rather than bytes of another block.
-    const bool ok = CheckSpan(slot, block_bytes, "HostView").ok();
+    const bool ok = CheckSlot(slot, block_bytes, "HostView").ok();
     assert(ok && "HostView of a slot not allocated for that many bytes");
     if (!ok) return {};
     return {At(slot), static_cast<size_t>(block_bytes)};
   }
-  uint64_t SlotOffset(SlotId slot) const override { return uint64_t{slot} * kSlotPageBytes; }
   int arena_fd() const override { return fd_; }
   uint64_t arena_bytes() const override { return allocator_.capacity_bytes(); }
 
  private:
   std::byte* At(SlotId slot) const { return base_ + SlotOffset(slot); }
 
-  Status CheckSpan(SlotId slot, uint64_t bytes, const char* op) const {
-    const uint64_t slot_bytes = allocator_.AllocatedSlotBytes(slot);
-    if (slot_bytes == 0) {
-      return InvalidArgumentError(std::string(op) + ": slot " + std::to_string(slot) +
-                                  " is not allocated");
-    }
-    if (bytes > slot_bytes) {
-      return InvalidArgumentError(std::string(op) + ": " + std::to_string(bytes) +
-                                  " bytes exceed slot " + std::to_string(slot) + " of " +
-                                  std::to_string(slot_bytes));
-    }
-    return Status::Ok();
-  }
-
   const TierKind kind_;
-  SlabAllocator allocator_;
   const int fd_;
   std::byte* const base_;
   const bool async_copies_;

@@ -11,6 +11,7 @@
 #include "common/units.h"
 #include "tiers/internal/cuda_runtime.h"
 #include "tiers/internal/slab_allocator.h"
+#include "tiers/internal/slab_tier.h"
 #include "tiers/tier.h"
 
 namespace kvtier::tiers {
@@ -19,10 +20,10 @@ namespace {
 using internal::CudaArena;
 using internal::SlabAllocator;
 
-class CudaDeviceTier final : public Tier {
+class CudaDeviceTier final : public internal::SlabTier {
  public:
   CudaDeviceTier(std::unique_ptr<CudaArena> arena, SlabAllocator allocator, uint64_t slab_bytes)
-      : arena_(std::move(arena)), allocator_(std::move(allocator)), slab_bytes_(slab_bytes) {}
+      : SlabTier(std::move(allocator)), arena_(std::move(arena)), slab_bytes_(slab_bytes) {}
 
   TierKind kind() const override { return TierKind::kDevice; }
   std::string description() const override {
@@ -33,29 +34,18 @@ class CudaDeviceTier final : public Tier {
            FormatBytes(slab_bytes_) + " slabs, CUDA IPC";
   }
 
-  uint64_t capacity_bytes() const override { return allocator_.capacity_bytes(); }
-  uint64_t used_bytes() const override { return allocator_.used_bytes(); }
-  uint64_t SlotBytes(uint64_t block_bytes) const override {
-    return SlabAllocator::SlotBytes(block_bytes);
-  }
-  Result<SlotId> Allocate(uint64_t block_bytes) override {
-    return allocator_.Allocate(block_bytes);
-  }
-  void Free(SlotId slot) override { allocator_.Free(slot); }
-
   // Called from the engine's thread (demotions, inline moves) and from its
   // copy pool (promotions); the slot is pinned or private to the caller
   // either way, and the allocator is only read.
   Status Read(SlotId slot, std::span<std::byte> dst) override {
-    KVTIER_RETURN_IF_ERROR(Check(slot, dst.size()));
+    KVTIER_RETURN_IF_ERROR(CheckSlot(slot, dst.size(), "GPU read"));
     return arena_->CopyOut(SlotOffset(slot), dst);
   }
   Status Write(SlotId slot, std::span<const std::byte> src) override {
-    KVTIER_RETURN_IF_ERROR(Check(slot, src.size()));
+    KVTIER_RETURN_IF_ERROR(CheckSlot(slot, src.size(), "GPU write"));
     return arena_->CopyIn(SlotOffset(slot), src);
   }
   std::span<std::byte> HostView(SlotId, uint64_t) override { return {}; }
-  uint64_t SlotOffset(SlotId slot) const override { return uint64_t{slot} * kSlotPageBytes; }
   uint64_t arena_bytes() const override { return arena_->bytes(); }
 
   bool copies_async() const override { return true; }
@@ -63,17 +53,7 @@ class CudaDeviceTier final : public Tier {
   int device_ordinal() const override { return arena_->ordinal(); }
 
  private:
-  Status Check(SlotId slot, uint64_t bytes) const {
-    const uint64_t slot_bytes = allocator_.AllocatedSlotBytes(slot);
-    if (slot_bytes == 0 || bytes > slot_bytes) {
-      return InvalidArgumentError("GPU slot " + std::to_string(slot) + " does not hold " +
-                                  std::to_string(bytes) + " bytes");
-    }
-    return Status::Ok();
-  }
-
   std::unique_ptr<CudaArena> arena_;
-  SlabAllocator allocator_;
   uint64_t slab_bytes_;
 };
 
