@@ -12,13 +12,16 @@
 //     I/O for reads and flushes, so neither side reads from the page cache.
 //   - With --fio_bin=PATH, SsdStore against the disk's raw sequential
 //     direct-I/O bandwidth by fio, interleaved: for each (op, bs, depth),
-//     --rounds rounds of one fio run over --slice_mib MiB and one SsdStore
-//     batch of the same bytes, alternating which goes first (ABBA, so a
-//     linear drift of the disk cancels). On a noisy disk (a VM's: fio alone
-//     swings 0.67-1.0 GB/s run to run) measuring fio first and the store a
-//     minute later puts the drift into the ratio; interleaved, both see the
-//     same disk. Reported: the ratio of the sums (total bytes / total time
-//     of each side) and the median and range of the per-round ratios.
+//     --rounds rounds of three legs over --slice_mib MiB each, their order
+//     rotating by round: one fio run, one SsdStore batch, and "own raw":
+//     plain pwrite/pread (the store's BlockFile) of the same payloads at the
+//     same offsets of the store's own file — the store less its checksum
+//     and record, so ssd/own is what the store's own work costs. On a noisy
+//     disk (a VM's: fio alone swings 0.67-1.0 GB/s run to run) measuring fio
+//     first and the store a minute later puts the drift into the ratio;
+//     interleaved, all see the same disk. Reported: the ratio of the sums
+//     (total bytes / total time of each side) and the median and range of
+//     the per-round ratios to fio.
 //     fio does the store's kind of I/O: synchronous pread/pwrite with
 //     O_DIRECT (--ioengine=psync); at depth 8 the store runs 8 threads with
 //     one request each on consecutive blocks, so fio runs --numjobs=8 psync
@@ -41,7 +44,9 @@
 // may be tmpfs; removed at exit); --batch_mib=N, MiB per Google Benchmark
 // batch (default 512; at most one batch is on disk at a time);
 // --fio_bin=PATH (default: no fio part), --rounds=N (default 6),
-// --slice_mib=N (default 256; on disk at most: 2 slices + 64 MiB).
+// --slice_mib=N (default 256; on disk at most: 2 slices + 64 MiB),
+// --only=op:bs:depth[,...] (e.g. fill:256k:1 or write:*:8; default all),
+// --sources=N (payloads: see g_sources; default 0, one per thread as fio).
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
@@ -83,7 +88,13 @@ std::string g_fio_bin;  // empty: no interleaved comparison with fio
 int g_rounds = 6;
 uint64_t g_slice_bytes = 256 * kMiB;
 
-constexpr int kSources = 32;  // distinct payloads, reused round robin
+// Payloads written: 0 (default) = one per writing thread, reused for each of
+// its writes, exactly as fio reuses its one buffer per job; N > 0 = N
+// distinct payloads taken round robin by block, spread over N x block bytes
+// of memory. On this VM the spread costs the raw write itself ~15% at
+// 256 KiB (the host copies from guest memory: a reused buffer stays in its
+// caches), whoever writes; --sources=32 shows that.
+int g_sources = 0;
 constexpr int kMaxDepth = 8;
 
 // Payloads and per-thread read buffers for one block size.
@@ -94,7 +105,7 @@ struct Buffers {
 
   explicit Buffers(uint64_t bytes) : block_bytes(bytes) {
     Rng rng(bytes);
-    for (int i = 0; i < kSources; ++i) {
+    for (int i = 0; i < std::max(g_sources, kMaxDepth); ++i) {
       sources.push_back(std::move(AlignedBuffer::Allocate(bytes)).value());
       auto* words = reinterpret_cast<uint64_t*>(sources.back().data());
       for (size_t w = 0; w < bytes / 8; ++w) words[w] = rng.Next();
@@ -103,8 +114,10 @@ struct Buffers {
       outs.push_back(std::move(AlignedBuffer::Allocate(bytes)).value());
     }
   }
-  std::span<const std::byte> Source(size_t i) const {
-    return sources[i % kSources].span().first(static_cast<size_t>(block_bytes));
+  // The payload of block i written by thread t.
+  std::span<const std::byte> Source(int t, size_t i) const {
+    const size_t k = g_sources > 0 ? i % static_cast<size_t>(g_sources) : static_cast<size_t>(t);
+    return sources[k].span().first(static_cast<size_t>(block_bytes));
   }
 };
 
@@ -169,8 +182,8 @@ struct SsdSubject : Subject {
   std::string WriteAll(int depth) {
     std::string error;
     std::mutex mu;
-    const bool ok = RunParallel(depth, records.size(), [&](int, size_t i) {
-      auto rec = store->Write(records[i], buffers.Source(i));
+    const bool ok = RunParallel(depth, records.size(), [&](int t, size_t i) {
+      auto rec = store->Write(records[i], buffers.Source(t, i));
       if (!rec.ok()) {
         std::lock_guard lock(mu);
         error = rec.status().ToString();
@@ -181,6 +194,22 @@ struct SsdSubject : Subject {
     });
     written = ok;
     return ok ? "" : error;
+  }
+  // The store's own I/O without the store: plain pwrite/pread (the
+  // BlockFile it uses) of the same payloads at the same offsets of the same
+  // file, on a second descriptor. "" or an error.
+  std::string RawAll(int depth, bool read) {
+    auto file = tiers::internal::OpenBlockFile(store->dir() + "/blocks.dat", true, {});
+    if (!file.ok()) return file.status().ToString();
+    const size_t bytes = static_cast<size_t>(buffers.block_bytes);
+    const bool ok = RunParallel(depth, records.size(), [&](int t, size_t i) {
+      const uint64_t offset = records[i].slot.offset();
+      return read ? (*file)
+                        ->ReadAt(offset, buffers.outs[static_cast<size_t>(t)].span().first(bytes))
+                        .ok()
+                  : (*file)->WriteAt(offset, buffers.Source(t, i)).ok();
+    });
+    return ok ? "" : "raw I/O on the store's file failed";
   }
   bool ReadAll(int depth) {
     const size_t bytes = static_cast<size_t>(buffers.block_bytes);
@@ -284,8 +313,8 @@ struct BlobSubject : Subject {
     return k;
   }
   std::string WriteAll(int depth) {
-    const bool ok = RunParallel(depth, n, [&](int, size_t i) {
-      std::span<const std::byte> v = buffers.Source(i);
+    const bool ok = RunParallel(depth, n, [&](int t, size_t i) {
+      std::span<const std::byte> v = buffers.Source(t, i);
       const rocksdb::Slice value(reinterpret_cast<const char*>(v.data()), v.size());
       return db->Put(rocksdb::WriteOptions(), Key(i), value).ok();
     });
@@ -476,7 +505,7 @@ struct Interleaved {
   std::string op;
   const Size* size = nullptr;
   int depth = 0;
-  std::vector<double> store_bps, fio_bps;  // per round
+  std::vector<double> store_bps, raw_bps, fio_bps;  // per round
 
   // Total bytes over total time, each side.
   static double Sum(const std::vector<double>& bps) {
@@ -491,6 +520,26 @@ struct Interleaved {
     return r;
   }
 };
+
+// --only=op:bs:depth[,...] (any part may be *): the interleaved cases to run.
+std::string g_only;
+bool Selected(std::string_view op, const Size& size, int depth) {
+  if (g_only.empty()) return true;
+  const std::string d = std::to_string(depth);
+  for (size_t b = 0, e; b <= g_only.size(); b = e + 1) {
+    e = g_only.find(',', b);
+    if (e == std::string::npos) e = g_only.size();
+    const std::string_view c = std::string_view(g_only).substr(b, e - b);
+    const size_t c1 = c.find(':'), c2 = c.find(':', c1 == c.npos ? c.npos : c1 + 1);
+    if (c2 == c.npos) continue;
+    auto match = [](std::string_view part, std::string_view v) { return part == "*" || part == v; };
+    if (match(c.substr(0, c1), op) && match(c.substr(c1 + 1, c2 - c1 - 1), size.name) &&
+        match(c.substr(c2 + 1), d)) {
+      return true;
+    }
+  }
+  return false;
+}
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -524,34 +573,42 @@ bool RunInterleaved(std::vector<Interleaved>* results) {
         if (s != nullptr) error = s->WriteAll(kMaxDepth);
       }
       for (int depth : kDepths) {
-        Interleaved r{op, &size, depth, {}, {}};
+        if (!Selected(op, size, depth)) continue;
+        Interleaved r{op, &size, depth, {}, {}, {}};
         for (int round = 0; round < g_rounds && error.empty(); ++round) {
-          double store_bps = 0, fio_bps = 0;
-          for (int half = 0; half < 2 && error.empty(); ++half) {
-            if ((half == 0) == (round % 2 == 0)) {
-              fio_bps = RunFio(fio_file, read ? "read" : "write", size, depth, bytes, &error);
+          // Three legs, their order rotating by round: fio, the store, and
+          // the store's file written or read raw (RawAll).
+          double bps[3] = {0, 0, 0};
+          for (int k = 0; k < 3 && error.empty(); ++k) {
+            const int leg = (round + k) % 3;
+            if (leg == 0) {
+              bps[0] = RunFio(fio_file, read ? "read" : "write", size, depth, bytes, &error);
               continue;
             }
             if (fill) {
               s.reset();
               s = MakeSsd(size.bytes, name == "fill_sparse", bytes, &error);
-            } else if (!read) {
+            } else if (!read && leg == 1) {
               error = s->Refill();
             }
             if (!error.empty()) break;
             const auto t0 = std::chrono::steady_clock::now();
-            if (read) {
+            if (leg == 2) {
+              error = s->RawAll(depth, read);
+            } else if (read) {
               if (!s->ReadAll(depth)) error = "SsdStore read failed";
             } else {
               error = s->WriteAll(depth);
             }
-            store_bps = static_cast<double>(bytes) / SecondsSince(t0);
+            bps[leg] = static_cast<double>(bytes) / SecondsSince(t0);
           }
           if (!error.empty()) break;
-          r.store_bps.push_back(store_bps);
-          r.fio_bps.push_back(fio_bps);
-          std::printf("%-11s %-5s depth %d round %d: SsdStore %6.2f GB/s, fio %6.2f GB/s\n", op,
-                      size.name, depth, round, store_bps / 1e9, fio_bps / 1e9);
+          r.fio_bps.push_back(bps[0]);
+          r.store_bps.push_back(bps[1]);
+          r.raw_bps.push_back(bps[2]);
+          std::printf(
+              "%-11s %-5s depth %d round %d: SsdStore %6.2f GB/s, raw %6.2f GB/s, fio %6.2f GB/s\n",
+              op, size.name, depth, round, bps[1] / 1e9, bps[2] / 1e9, bps[0] / 1e9);
           std::fflush(stdout);
         }
         if (!error.empty()) {
@@ -569,24 +626,31 @@ bool RunInterleaved(std::vector<Interleaved>* results) {
 void PrintInterleaved(const std::vector<Interleaved>& results) {
   std::printf(
       "=== SsdStore vs fio raw direct I/O, interleaved (%d rounds of %llu MiB; fio psync, "
-      "numjobs = depth, strided as the store; GB/s = total bytes / total time)\n",
-      g_rounds, static_cast<unsigned long long>(g_slice_bytes / kMiB));
-  std::printf("%-11s %-5s %5s %9s %9s %8s %8s %15s %9s %9s\n", "op", "bs", "depth", "SsdStore",
-              "fio raw", "ssd/raw", "median", "round min-max", "blobs", "ssd/blob");
+      "numjobs = depth, strided as the store; GB/s = total bytes / total time; payloads: %s)\n",
+      g_rounds, static_cast<unsigned long long>(g_slice_bytes / kMiB),
+      g_sources > 0 ? (std::to_string(g_sources) + " spread round robin").c_str()
+                    : "one per thread, as fio");
+  std::printf("%-11s %-5s %5s %9s %9s %8s %8s %15s %9s %8s %9s %9s\n", "op", "bs", "depth",
+              "SsdStore", "fio raw", "ssd/fio", "median", "round min-max", "own raw", "ssd/own",
+              "blobs", "ssd/blob");
   for (const Interleaved& r : results) {
     const double store = Interleaved::Sum(r.store_bps) / 1e9;
     const double fio = Interleaved::Sum(r.fio_bps) / 1e9;
+    const double raw = Interleaved::Sum(r.raw_bps) / 1e9;
     const std::vector<double> ratios = r.Ratios();
     const size_t n = ratios.size();
     const double median = n % 2 == 1 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
     const char* peer_op = r.op == "read" ? "read" : "write";
     auto it = g_gbench.find(Name("blob", peer_op, *r.size, r.depth));
     const double blob = it == g_gbench.end() ? 0 : it->second;
-    std::printf("%-11s %-5s %5d %9.2f %9.2f %7.2fx %7.2fx %7.2f-%5.2fx %9.2f %8.2fx\n",
+    std::printf("%-11s %-5s %5d %9.2f %9.2f %7.2fx %7.2fx %7.2f-%5.2fx %9.2f %7.2fx %9.2f %8.2fx\n",
                 r.op.c_str(), r.size->name, r.depth, store, fio, Ratio(store, fio), median,
-                ratios.front(), ratios.back(), blob, Ratio(store, blob));
+                ratios.front(), ratios.back(), raw, Ratio(store, raw), blob, Ratio(store, blob));
   }
-  std::printf("goal: ssd/raw >= 0.80 for reads and writes (blobs 0 = not run)\n");
+  std::printf(
+      "goal: ssd/fio >= 0.80 for reads and writes. own raw: the same payloads at the same "
+      "offsets of the store's file, plain pwrite/pread (the store less its checksum and "
+      "record). blobs 0 = not run\n");
 }
 
 }  // namespace
@@ -606,6 +670,10 @@ int main(int argc, char** argv) {
       g_fio_bin = std::string(arg.substr(10));
     } else if (arg.starts_with("--rounds=")) {
       g_rounds = std::atoi(argv[i] + 9);
+    } else if (arg.starts_with("--sources=")) {
+      g_sources = std::atoi(argv[i] + 10);
+    } else if (arg.starts_with("--only=")) {
+      g_only = std::string(arg.substr(7));
     } else if (arg.starts_with("--slice_mib=")) {
       g_slice_bytes = std::strtoull(argv[i] + 12, nullptr, 10) * kvtier::kMiB;
     } else {
