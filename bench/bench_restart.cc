@@ -32,12 +32,15 @@ double Seconds(Clock::time_point since) {
 int Run(uint64_t blocks, const std::string& dir) {
   const Layout layout{1, 1, 64, DType::kFloat16, 16};  // 4 KiB blocks
   constexpr uint64_t kChain = 100;
+  // The slot file is cut into regions of at most 64 MiB and its capacity
+  // rounded down to them: leave that much over the blocks' bytes.
+  const uint64_t capacity = blocks * layout.BlockBytes() + 64 * kMiB;
   std::filesystem::remove_all(dir);
   const auto build_start = Clock::now();
   {
     tiers::internal::SsdOptions o;
     o.dir = dir;
-    o.capacity_bytes = (blocks + 1) * 4096;
+    o.capacity_bytes = capacity;
     o.preallocate = tiers::internal::SsdPreallocate::kSparse;
     auto store = tiers::internal::SsdStore::Open(o);
     if (!store) Die(store.status());
@@ -63,7 +66,7 @@ int Run(uint64_t blocks, const std::string& dir) {
   const auto start = Clock::now();
   tiers::SsdTierOptions ssd_options;
   ssd_options.dir = dir;
-  ssd_options.capacity_bytes = (blocks + 1) * 4096;
+  ssd_options.capacity_bytes = capacity;
   ssd_options.prepare = "sparse";
   auto ssd = tiers::NewSsdTier(ssd_options);
   if (!ssd) Die(ssd.status());
