@@ -67,6 +67,15 @@ class Families {
     }
   }
 
+  // One counter per Refusal, labelled reason="max_sessions" etc.
+  void PerRefusal(const char* name, const char* help) {
+    MetricFamily& f = Add(name, MetricType::Counter, help);
+    for (size_t i = 0; i < kNumRefusals; ++i) {
+      f.metric.push_back(Sample(MetricType::Counter, static_cast<double>(s_.refusals[i]),
+                                {{"reason", RefusalLabel(static_cast<Refusal>(i))}}));
+    }
+  }
+
   void LatencyHistogram(const char* name, const char* help) {
     MetricFamily& f = Add(name, MetricType::Histogram, help);
     for (size_t i = 0; i < kNumOpcodes; ++i) {
@@ -122,6 +131,9 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
           [](const OpStats& o) { return o.errors; });
   f.Scalar("kvtier_protocol_errors_total", kCounter, "Malformed frames; each closed its connection",
            static_cast<double>(s.protocol_errors));
+  f.PerRefusal("kvtier_refusals_total",
+               "Workers turned away or cut off by a limit, a deadline or the allow lists, "
+               "per reason (server.* key)");
   // Sessions, leases, open writes.
   f.Scalar("kvtier_sessions", kGauge, "Worker connections open now",
            static_cast<double>(s.sessions));
@@ -271,6 +283,26 @@ void RequestStats::Record(Opcode op, std::chrono::nanoseconds latency, bool ok) 
   ++s.buckets[static_cast<size_t>(b - kLatencyBoundsNs.begin())];
 }
 
+std::string RefusalLabel(Refusal why) {
+  switch (why) {
+    case Refusal::kPermissionDenied:
+      return "permission_denied";
+    case Refusal::kMaxSessions:
+      return "max_sessions";
+    case Refusal::kMaxLeases:
+      return "max_leases_per_session";
+    case Refusal::kMaxAllocations:
+      return "max_allocations_per_session";
+    case Refusal::kHelloTimeout:
+      return "hello_timeout";
+    case Refusal::kFrameTimeout:
+      return "frame_timeout";
+    case Refusal::kReplyTimeout:
+      return "reply_timeout";
+  }
+  return "unknown";
+}
+
 std::string OpLabel(Opcode op) {
   std::string name(protocol::OpcodeName(op));
   for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -287,6 +319,9 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
   add("requests", s.requests);
   add("request_errors", s.request_errors);
   add("protocol_errors", s.protocol_errors);
+  for (size_t i = 0; i < kNumRefusals; ++i) {
+    add("refused." + RefusalLabel(static_cast<Refusal>(i)), s.refusals[i]);
+  }
   add("namespaces", st.namespaces);
   add("index_entries", st.index_entries);
   add("index_bytes", st.index_bytes);

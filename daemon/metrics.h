@@ -60,6 +60,22 @@ class RequestStats {
   std::array<OpStats, kNumOpcodes> ops_{};
 };
 
+// Why kvtierd turned a worker away or cut it off. Each is also logged (a
+// line per kind per 10 s at most); these count every one.
+enum class Refusal : size_t {
+  kPermissionDenied,  // not on server.allow_uids / allow_gids
+  kMaxSessions,       // server.max_sessions open already
+  kMaxLeases,         // an ACQUIRE past server.max_leases_per_session
+  kMaxAllocations,    // an ALLOCATE past server.max_allocations_per_session
+  kHelloTimeout,      // no HELLO within server.hello_timeout_ms
+  kFrameTimeout,      // a request frame slower than server.frame_timeout_ms
+  kReplyTimeout,      // a reply unread for server.reply_timeout_ms
+};
+inline constexpr size_t kNumRefusals = 7;
+// The metrics label and STATS name of a refusal: "permission_denied",
+// "max_sessions", ..., "reply_timeout".
+std::string RefusalLabel(Refusal why);
+
 // Every figure kvtierd reports, at one instant. Taken on the engine's thread.
 struct DaemonSnapshot {
   tiers::EngineStats engine;
@@ -67,7 +83,8 @@ struct DaemonSnapshot {
   uint64_t sessions_opened = 0;  // since start
   uint64_t requests = 0;
   uint64_t request_errors = 0;
-  uint64_t protocol_errors = 0;  // malformed frames (their connection was closed)
+  uint64_t protocol_errors = 0;                   // malformed frames (their connection was closed)
+  std::array<uint64_t, kNumRefusals> refusals{};  // by Refusal
   RequestStats ops;
 };
 

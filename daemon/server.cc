@@ -164,6 +164,7 @@ Status Server::Admit(const PeerCredentials& peer) {
                                      Listed(config_.allow_gids, peer.gid)))) {
     const std::string who = peer.known ? Str("pid ", peer.pid, " uid ", peer.uid, " gid ", peer.gid)
                                        : std::string("a peer of unknown uid");
+    service_.CountRefusal(Refusal::kPermissionDenied);
     session_logs_.denied.Log(
         LogLevel::kWarn,
         Str("refused a connection from ", who, ": not in server.allow_uids or server.allow_gids"));
@@ -174,6 +175,7 @@ Status Server::Admit(const PeerCredentials& peer) {
             " may not attach to this kvtierd (server.allow_uids, server.allow_gids)"));
   }
   if (sessions_.size() >= config_.max_sessions) {
+    service_.CountRefusal(Refusal::kMaxSessions);
     session_logs_.full.Log(LogLevel::kWarn,
                            Str("refused a connection: ", sessions_.size(),
                                " sessions open, the most allowed (server.max_sessions)"));

@@ -271,6 +271,7 @@ Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Reques
     case Opcode::kAllocate: {
       const auto& r = std::get<protocol::AllocateRequest>(request);
       if (s.allocations.size() >= config_.max_allocations_per_session) {
+        CountRefusal(Refusal::kMaxAllocations);
         return ResourceExhaustedError(
             Str("this session has ", s.allocations.size(),
                 " open allocations, the most allowed (server.max_allocations_per_session); "
@@ -385,6 +386,7 @@ asio::awaitable<Status> Service::Put(SessionState& s, const FrameHeader& h,
 asio::awaitable<Status> Service::AcquireRequest(SessionState& s, const FrameHeader& h,
                                                 const protocol::AcquireRequest& r, Reply* reply) {
   if (s.leases.size() >= config_.max_leases_per_session) {
+    CountRefusal(Refusal::kMaxLeases);
     co_return ResourceExhaustedError(
         Str("this session holds ", s.leases.size(),
             " leases, the most allowed (server.max_leases_per_session); release one first"));
@@ -429,6 +431,7 @@ DaemonSnapshot Service::Snapshot() const {
   snap.requests = requests_;
   snap.request_errors = request_errors_;
   snap.protocol_errors = protocol_errors_;
+  snap.refusals = refusals_;
   snap.ops = ops_;
   return snap;
 }

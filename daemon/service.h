@@ -70,6 +70,9 @@ class Service {
   // A reply for a frame that could not be decoded: the connection closes.
   void Malformed(const protocol::FrameHeader& header, const Status& error, Reply* reply);
 
+  // Counts a worker turned away or cut off (the caller logs it).
+  void CountRefusal(Refusal why) { ++refusals_[static_cast<size_t>(why)]; }
+
   uint64_t sessions() const { return sessions_; }
   // Every figure STATS and /metrics report, now.
   DaemonSnapshot Snapshot() const;
@@ -105,6 +108,7 @@ class Service {
   uint64_t requests_ = 0;
   uint64_t request_errors_ = 0;
   uint64_t protocol_errors_ = 0;
+  std::array<uint64_t, kNumRefusals> refusals_{};
   RequestStats ops_;
   // One line per kind of trouble every 10 s, at most.
   RateLimitedLog malformed_log_, failed_log_, full_log_, rejected_log_;

@@ -112,16 +112,19 @@ void Session::OnDeadline() {
                           : std::string("a connection");
   switch (why) {
     case Deadline::kHello:
+      service_.CountRefusal(Refusal::kHelloTimeout);
       logs_.timeouts.Log(LogLevel::kWarn,
                          Str(who, " said no HELLO within ", config_.hello_timeout_ms,
                              " ms (server.hello_timeout_ms); closing it"));
       break;
     case Deadline::kFrame:
+      service_.CountRefusal(Refusal::kFrameTimeout);
       logs_.timeouts.Log(LogLevel::kWarn,
                          Str(who, ": a request frame took over ", config_.frame_timeout_ms,
                              " ms to arrive (server.frame_timeout_ms); closing it"));
       break;
     case Deadline::kReply:
+      service_.CountRefusal(Refusal::kReplyTimeout);
       logs_.timeouts.Log(LogLevel::kWarn,
                          stopping_
                              ? Str(who, ": a reply went unread while kvtierd stops; closing it")

@@ -185,6 +185,14 @@ void PrintTotals(const Figures& f) {
                        " I/O, " + Int(f.Num("protocol_errors")) + " malformed frames, " +
                        Int(f.Num("request_errors")) + " failed requests" +
                        (f.Num("ssd_paused") != 0 ? "; SSD PAUSED after an error" : "")});
+  t.Row(
+      {"refused", Int(f.Num("refused.permission_denied")) + " not allowed, " +
+                      Int(f.Num("refused.max_sessions")) + " past max_sessions, " +
+                      Int(f.Num("refused.max_leases_per_session")) + " leases and " +
+                      Int(f.Num("refused.max_allocations_per_session")) +
+                      " writes past their limit; timeouts: " + Int(f.Num("refused.hello_timeout")) +
+                      " hello, " + Int(f.Num("refused.frame_timeout")) + " frame, " +
+                      Int(f.Num("refused.reply_timeout")) + " reply"});
   t.Print();
 }
 

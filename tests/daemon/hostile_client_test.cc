@@ -175,6 +175,7 @@ TEST_F(HostileClientTest, ClientThatNeverReadsItsRepliesIsHeldBackThenClosed) {
   // After reply_timeout_ms without a reply taken, they are closed.
   EXPECT_TRUE(WaitForSessions("1")) << Stats()["sessions"] << "\n" << daemon_->Log();
   EXPECT_NE(daemon_->Log().find("server.reply_timeout_ms"), std::string::npos) << daemon_->Log();
+  EXPECT_EQ(Stats()["refused.reply_timeout"], std::to_string(kHostile));
   ExpectGoodClientLive();
 }
 
@@ -220,6 +221,9 @@ TEST_F(HostileClientTest, ConnectionsThatNeverSayHelloAreClosed) {
   EXPECT_NE(daemon_->Log().find("said no HELLO within 1000 ms (server.hello_timeout_ms)"),
             std::string::npos)
       << daemon_->Log();
+  // Logged once per burst, counted every time: the 100 silent and the half.
+  EXPECT_EQ(Stats()["refused.hello_timeout"], "101");
+  EXPECT_EQ(Stats()["refused.frame_timeout"], "0");
   // The limit counts only "no successful HELLO": an attached client idle for
   // longer is left alone.
   ExpectGoodClientLive();
@@ -274,6 +278,7 @@ TEST_F(HostileClientTest, FrameTrickledAByteAtATimeStallsNoOne) {
   EXPECT_TRUE(cut_off.load());
   EXPECT_LT(cut_after_ms.load(), 5000);
   EXPECT_NE(daemon_->Log().find("server.frame_timeout_ms"), std::string::npos) << daemon_->Log();
+  EXPECT_EQ(Stats()["refused.frame_timeout"], "1");  // the slow but honest client was not
   ExpectGoodClientLive();
 }
 
@@ -303,6 +308,7 @@ TEST_F(HostileClientTest, SessionsPastTheLimitAreRefusedWithAClearError) {
   for (auto& c : others) EXPECT_TRUE(c->Lookup(chain_).ok());
   EXPECT_EQ(Stats()["sessions"], "4");
   EXPECT_NE(daemon_->Log().find("(server.max_sessions)"), std::string::npos);
+  EXPECT_EQ(Stats()["refused.max_sessions"], "2");  // TryConnect and the raw connection
   // A session that leaves makes room.
   others.pop_back();
   ASSERT_TRUE(WaitForSessions("3"));
@@ -368,6 +374,8 @@ TEST_F(HostileClientTest, LeasesAndOpenWritesPastTheLimitAreRefusedAndTheSession
   c.reset();
   ASSERT_TRUE(WaitForSessions("1"));
   const auto s = Stats();
+  EXPECT_EQ(s.at("refused.max_leases_per_session"), "1");
+  EXPECT_EQ(s.at("refused.max_allocations_per_session"), "1");
   EXPECT_EQ(s.at("open_leases"), "0");
   EXPECT_EQ(s.at("open_allocations"), "0");
   EXPECT_EQ(s.at("pending_blocks"), "0");
