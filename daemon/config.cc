@@ -241,9 +241,10 @@ Status DaemonConfig::Validate() const {
   if (max_sessions == 0 || max_sessions > 1'000'000) {
     return InvalidArgumentError("max_sessions must be between 1 and 1000000");
   }
-  if (max_leases_per_session == 0 || max_allocations_per_session == 0) {
+  if (max_leases_per_session == 0 || max_allocations_per_session == 0 || max_namespaces == 0) {
     return InvalidArgumentError(
-        "max_leases_per_session and max_allocations_per_session must be at least 1");
+        "max_leases_per_session, max_allocations_per_session and max_namespaces must be at "
+        "least 1");
   }
   for (const uint32_t ms : {hello_timeout_ms, frame_timeout_ms, reply_timeout_ms}) {
     if (ms < 100 || ms > 3'600'000) {
@@ -317,8 +318,8 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
         t, path, "server",
         {"socket", "socket_mode", "socket_owner", "socket_group", "allow_uids", "allow_gids",
          "max_payload", "max_keys", "max_sessions", "max_leases_per_session",
-         "max_allocations_per_session", "hello_timeout_ms", "frame_timeout_ms", "reply_timeout_ms",
-         "copy_threads", "busy_poll_us", "secret"}));
+         "max_allocations_per_session", "max_namespaces", "hello_timeout_ms", "frame_timeout_ms",
+         "reply_timeout_ms", "copy_threads", "busy_poll_us", "secret"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_owner", NameOrId(&c.socket_owner)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_group", NameOrId(&c.socket_group)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "allow_uids", IdList(&c.allow_uids, false)));
@@ -328,6 +329,7 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
         ReadKey(t, path, "server", "max_leases_per_session", Uint32(&c.max_leases_per_session)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_allocations_per_session",
                                    Uint32(&c.max_allocations_per_session)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_namespaces", Uint32(&c.max_namespaces)));
     KVTIER_RETURN_IF_ERROR(
         ReadKey(t, path, "server", "hello_timeout_ms", Uint32(&c.hello_timeout_ms)));
     KVTIER_RETURN_IF_ERROR(
@@ -405,8 +407,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   uint32_t max_keys = 0, copy_threads = 0;
   std::optional<uint32_t> busy_poll_us;
   std::optional<std::string> socket_owner, socket_group, allow_uids, allow_gids;
-  std::optional<uint32_t> max_sessions, max_leases, max_allocations, hello_timeout_ms,
-      frame_timeout_ms, reply_timeout_ms;
+  std::optional<uint32_t> max_sessions, max_leases, max_allocations, max_namespaces,
+      hello_timeout_ms, frame_timeout_ms, reply_timeout_ms;
   bool no_reserve = false;
   bool write_through = false;
   app.add_option("--socket", socket, "Unix socket path [/run/kvtier/kvtierd.sock]");
@@ -423,6 +425,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--max-leases-per-session", max_leases, "most leases one session holds [4096]");
   app.add_option("--max-allocations-per-session", max_allocations,
                  "most open writes of one session [256]");
+  app.add_option("--max-namespaces", max_namespaces,
+                 "most namespaces (model, salt, layout) registered [4096]");
   app.add_option("--hello-timeout-ms", hello_timeout_ms,
                  "close a connection without HELLO after this long [10000]");
   app.add_option("--frame-timeout-ms", frame_timeout_ms,
@@ -508,6 +512,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (max_sessions) c.max_sessions = *max_sessions;
   if (max_leases) c.max_leases_per_session = *max_leases;
   if (max_allocations) c.max_allocations_per_session = *max_allocations;
+  if (max_namespaces) c.max_namespaces = *max_namespaces;
   if (hello_timeout_ms) c.hello_timeout_ms = *hello_timeout_ms;
   if (frame_timeout_ms) c.frame_timeout_ms = *frame_timeout_ms;
   if (reply_timeout_ms) c.reply_timeout_ms = *reply_timeout_ms;

@@ -52,6 +52,13 @@ struct DaemonConfig {
   // writes about one prompt at a time per sequence being prefilled, so 256
   // is generous. Beyond it ALLOCATE gets RESOURCE_EXHAUSTED.
   uint32_t max_allocations_per_session = 256;
+  // Most namespaces (model, salt, layout) registered at once. Any worker
+  // that may attach can name a new one in its HELLO, and a namespace is
+  // never removed (the SSD tier keeps it across restarts), so without a cap
+  // the table grows without bound. A node serves a few models with a salt
+  // per tenant or adapter; 4096 leaves room. Beyond it a HELLO naming a new
+  // namespace gets RESOURCE_EXHAUSTED; known namespaces still attach.
+  uint32_t max_namespaces = 4096;
   // A connection that has not completed a HELLO this long after connecting
   // is closed (milliseconds). A real client says HELLO at once.
   uint32_t hello_timeout_ms = 10'000;

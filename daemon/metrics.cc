@@ -293,6 +293,8 @@ std::string RefusalLabel(Refusal why) {
       return "max_leases_per_session";
     case Refusal::kMaxAllocations:
       return "max_allocations_per_session";
+    case Refusal::kMaxNamespaces:
+      return "max_namespaces";
     case Refusal::kHelloTimeout:
       return "hello_timeout";
     case Refusal::kFrameTimeout:

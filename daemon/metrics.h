@@ -67,11 +67,12 @@ enum class Refusal : size_t {
   kMaxSessions,       // server.max_sessions open already
   kMaxLeases,         // an ACQUIRE past server.max_leases_per_session
   kMaxAllocations,    // an ALLOCATE past server.max_allocations_per_session
+  kMaxNamespaces,     // a HELLO naming a new namespace past server.max_namespaces
   kHelloTimeout,      // no HELLO within server.hello_timeout_ms
   kFrameTimeout,      // a request frame slower than server.frame_timeout_ms
   kReplyTimeout,      // a reply unread for server.reply_timeout_ms
 };
-inline constexpr size_t kNumRefusals = 7;
+inline constexpr size_t kNumRefusals = 8;
 // The metrics label and STATS name of a refusal: "permission_denied",
 // "max_sessions", ..., "reply_timeout".
 std::string RefusalLabel(Refusal why);

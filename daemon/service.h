@@ -111,7 +111,7 @@ class Service {
   std::array<uint64_t, kNumRefusals> refusals_{};
   RequestStats ops_;
   // One line per kind of trouble every 10 s, at most.
-  RateLimitedLog malformed_log_, failed_log_, full_log_, rejected_log_;
+  RateLimitedLog malformed_log_, failed_log_, full_log_, rejected_log_, namespaces_log_;
 };
 
 }  // namespace kvtier::daemon

@@ -139,7 +139,7 @@ CacheEngine::~CacheEngine() {
   assert(moves_in_flight_ == 0 && "every I/O completion must run before the engine goes");
 }
 
-Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
+Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec, size_t max_namespaces) {
   KVTIER_RETURN_IF_ERROR(spec.layout.Validate());
   for (size_t i = 0; i < namespaces_.size(); ++i) {
     const NamespaceSpec& known = namespaces_[i];
@@ -149,6 +149,10 @@ Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
                                   known.layout.ToString() + ", not " + spec.layout.ToString());
     }
     return static_cast<NamespaceId>(i);
+  }
+  if (namespaces_.size() >= max_namespaces) {
+    return ResourceExhaustedError(std::to_string(namespaces_.size()) +
+                                  " namespaces are registered, the most allowed");
   }
   const uint64_t bytes = spec.layout.BlockBytes();
   for (const auto& t : tiers_) {

@@ -235,8 +235,10 @@ class CacheEngine {
 
   // Registers a namespace, or returns the id of an identical one.
   // InvalidArgument for a bad layout, or a known (model, salt) with another
-  // layout.
-  Result<NamespaceId> AddNamespace(const NamespaceSpec& spec);
+  // layout; ResourceExhausted when `spec` is new and `max_namespaces` are
+  // registered already (namespaces are never removed: they outlive
+  // restarts in the ssd tier).
+  Result<NamespaceId> AddNamespace(const NamespaceSpec& spec, size_t max_namespaces = SIZE_MAX);
   // nullptr if unknown.
   const NamespaceSpec* FindNamespace(NamespaceId ns) const;
 

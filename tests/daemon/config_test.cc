@@ -57,6 +57,7 @@ allow_gids = [27]
 max_sessions = 16
 max_leases_per_session = 32
 max_allocations_per_session = 8
+max_namespaces = 12
 hello_timeout_ms = 2000
 frame_timeout_ms = 3000
 reply_timeout_ms = 4000
@@ -84,6 +85,7 @@ policy = "lru"
   EXPECT_EQ(c->max_sessions, 16u);
   EXPECT_EQ(c->max_leases_per_session, 32u);
   EXPECT_EQ(c->max_allocations_per_session, 8u);
+  EXPECT_EQ(c->max_namespaces, 12u);
   EXPECT_EQ(c->hello_timeout_ms, 2000u);
   EXPECT_EQ(c->frame_timeout_ms, 3000u);
   EXPECT_EQ(c->reply_timeout_ms, 4000u);
@@ -131,6 +133,9 @@ TEST_F(ConfigTest, ValidateRejectsBadValues) {
   c.hello_timeout_ms = 0;
   EXPECT_FALSE(c.Validate().ok());
   c = {};
+  c.max_namespaces = 0;
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
   c.socket_group = "no-such-group-kvtier";
   EXPECT_FALSE(c.Validate().ok());
 }
@@ -139,7 +144,8 @@ TEST_F(ConfigTest, FlagsSetTheLimitsAndTheAllowLists) {
   std::vector<std::string> args = {"kvtierd", "--max-sessions",
                                    "7",       "--max-leases-per-session",
                                    "9",       "--max-allocations-per-session",
-                                   "3",       "--hello-timeout-ms",
+                                   "3",       "--max-namespaces",
+                                   "11",      "--hello-timeout-ms",
                                    "1500",    "--frame-timeout-ms",
                                    "2500",    "--reply-timeout-ms",
                                    "3500",    "--allow-uids",
@@ -154,6 +160,7 @@ TEST_F(ConfigTest, FlagsSetTheLimitsAndTheAllowLists) {
   EXPECT_EQ(p.config.max_sessions, 7u);
   EXPECT_EQ(p.config.max_leases_per_session, 9u);
   EXPECT_EQ(p.config.max_allocations_per_session, 3u);
+  EXPECT_EQ(p.config.max_namespaces, 11u);
   EXPECT_EQ(p.config.hello_timeout_ms, 1500u);
   EXPECT_EQ(p.config.frame_timeout_ms, 2500u);
   EXPECT_EQ(p.config.reply_timeout_ms, 3500u);
@@ -194,6 +201,7 @@ TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
   EXPECT_EQ(c->max_sessions, d.max_sessions);
   EXPECT_EQ(c->max_leases_per_session, d.max_leases_per_session);
   EXPECT_EQ(c->max_allocations_per_session, d.max_allocations_per_session);
+  EXPECT_EQ(c->max_namespaces, d.max_namespaces);
   EXPECT_EQ(c->hello_timeout_ms, d.hello_timeout_ms);
   EXPECT_EQ(c->frame_timeout_ms, d.frame_timeout_ms);
   EXPECT_EQ(c->reply_timeout_ms, d.reply_timeout_ms);

@@ -61,10 +61,10 @@ class HostileClientTest : public ::testing::Test {
     ASSERT_TRUE(w->Commit().ok());
   }
 
-  Result<std::unique_ptr<Client>> TryConnect() {
+  Result<std::unique_ptr<Client>> TryConnect(const std::string& model = "m") {
     client::ClientOptions o;
     o.socket_path = daemon_->socket();
-    o.model = "m";
+    o.model = model;
     o.layout = Layout{1, 1, 64, DType::kFloat16, 16};  // 4 KiB blocks, as TestHello
     o.client_name = "hostile-test";
     o.io_timeout_ms = 10'000;
@@ -379,6 +379,38 @@ TEST_F(HostileClientTest, LeasesAndOpenWritesPastTheLimitAreRefusedAndTheSession
   EXPECT_EQ(s.at("open_leases"), "0");
   EXPECT_EQ(s.at("open_allocations"), "0");
   EXPECT_EQ(s.at("pending_blocks"), "0");
+}
+
+TEST_F(HostileClientTest, NewNamespacesPastTheLimitAreRefusedAndKnownOnesStillAttach) {
+  Start({"--max-namespaces", "3"});  // the good client's "m" is one
+  std::vector<std::unique_ptr<Client>> others;
+  for (const char* model : {"a", "b"}) {
+    others.push_back(Connect());  // "m" again: no new namespace
+    auto c = TryConnect(model);
+    ASSERT_TRUE(c.ok()) << model << ": " << c.status().ToString();
+    others.push_back(std::move(c).value());
+  }
+  for (const char* model : {"c", "d", "e"}) {
+    auto refused = TryConnect(model);
+    ASSERT_FALSE(refused.ok()) << model;
+    EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(refused.status().message().find("server.max_namespaces"), std::string_view::npos)
+        << refused.status().ToString();
+  }
+  // Known namespaces attach and serve as before; nothing else noticed.
+  for (const char* model : {"m", "a", "b"}) {
+    auto c = TryConnect(model);
+    EXPECT_TRUE(c.ok()) << model << ": " << c.status().ToString();
+  }
+  ExpectGoodClientLive(10);
+  const auto s = Stats();
+  EXPECT_EQ(s.at("namespaces"), "3");
+  EXPECT_EQ(s.at("refused.max_namespaces"), "3");
+  // Logged, not once per refusal.
+  const std::string log = daemon_->Log();
+  const std::string line = "refused a new namespace";
+  EXPECT_NE(log.find(line), std::string::npos) << log;
+  EXPECT_EQ(log.find(line), log.rfind(line)) << log;
 }
 
 }  // namespace

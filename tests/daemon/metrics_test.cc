@@ -369,9 +369,9 @@ TEST_F(MetricsTest, MetricsAgreeWithWhatTheClientSaw) {
   EXPECT_EQ(m("kvtier_checksum_failures_total"), 0);
   // Every refusal reason is exposed (0 here; the hostile-client tests count
   // each through STATS, built from the same snapshot).
-  for (const char* reason :
-       {"permission_denied", "max_sessions", "max_leases_per_session",
-        "max_allocations_per_session", "hello_timeout", "frame_timeout", "reply_timeout"}) {
+  for (const char* reason : {"permission_denied", "max_sessions", "max_leases_per_session",
+                             "max_allocations_per_session", "max_namespaces", "hello_timeout",
+                             "frame_timeout", "reply_timeout"}) {
     EXPECT_EQ(m("kvtier_refusals_total{reason=\"" + std::string(reason) + "\"}"), 0) << reason;
     EXPECT_EQ(stats.at(std::string("refused.") + reason), "0") << reason;
   }

@@ -319,6 +319,20 @@ TEST_F(CacheEngineTest, NamespaceLayoutsAreChecked) {
   EXPECT_EQ(engine_->Lookup(99, Chain(1, 1)).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(CacheEngineTest, NamespacesPastTheCapAreRefusedButKnownOnesAreFound) {
+  Build(0, 16);  // registers model-a
+  auto b = engine_->AddNamespace({"model-b", "", SmallLayout()}, 2);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(engine_->AddNamespace({"model-c", "", SmallLayout()}, 2).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(engine_->AddNamespace({"model-a", "x", SmallLayout()}, 2).status().code(),
+            StatusCode::kResourceExhausted);  // another salt is another namespace
+  EXPECT_EQ(*engine_->AddNamespace({"model-a", "", SmallLayout()}, 2), ns_);
+  EXPECT_EQ(*engine_->AddNamespace({"model-b", "", SmallLayout()}, 2), *b);
+  EXPECT_EQ(engine_->FindNamespace(2), nullptr);  // nothing half-registered
+  EXPECT_TRUE(engine_->AddNamespace({"model-c", "", SmallLayout()}, 3).ok());
+}
+
 TEST_F(CacheEngineTest, BadTargetsAreRejected) {
   Build(0, 16);
   EXPECT_EQ(engine_->Allocate(ns_, std::nullopt, Chain(1, 1), TierKind::kDevice).status().code(),
