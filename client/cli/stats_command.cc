@@ -188,6 +188,7 @@ void PrintTotals(const Figures& f) {
   t.Row(
       {"refused", Int(f.Num("refused.permission_denied")) + " not allowed, " +
                       Int(f.Num("refused.max_sessions")) + " past max_sessions, " +
+                      Int(f.Num("refused.max_namespaces")) + " new namespaces past the cap, " +
                       Int(f.Num("refused.max_leases_per_session")) + " leases and " +
                       Int(f.Num("refused.max_allocations_per_session")) +
                       " writes past their limit; timeouts: " + Int(f.Num("refused.hello_timeout")) +
