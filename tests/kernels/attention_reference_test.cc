@@ -22,23 +22,9 @@ using testing::CompareOutputs;
 using testing::NaiveAttention;
 using testing::ReferenceTolerance;
 
-// Runs the reference with a NaN-filled workspace (so a partial that is read
-// without having been written shows up) and returns o.
-std::vector<uint16_t> RunReference(AttentionData& data) {
-  const DecodeAttentionParams p = data.Params();
-  auto plan = PlanDecodeAttention(p);
-  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
-  if (!plan.ok()) return {};
-  std::vector<float> workspace(plan->workspace_bytes / sizeof(float),
-                               std::numeric_limits<float>::quiet_NaN());
-  const Status s = DecodeAttentionReference(p, workspace.data(), plan->workspace_bytes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return data.o;
-}
+using testing::RunReference;
 
-using SweepParam = std::tuple<DType, uint32_t, uint32_t>;  // dtype, head_dim, group
-
-class ReferenceSweepTest : public ::testing::TestWithParam<SweepParam> {};
+class ReferenceSweepTest : public ::testing::TestWithParam<testing::SweepParam> {};
 
 TEST_P(ReferenceSweepTest, MatchesNaiveAttention) {
   const auto [dtype, head_dim, group] = GetParam();
@@ -53,15 +39,7 @@ TEST_P(ReferenceSweepTest, MatchesNaiveAttention) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, ReferenceSweepTest,
-                         ::testing::Combine(::testing::Values(DType::kFloat16, DType::kBFloat16),
-                                            ::testing::Values(64u, 128u, 256u),
-                                            ::testing::Values(1u, 2u, 4u, 8u)),
-                         [](const ::testing::TestParamInfo<SweepParam>& param) {
-                           return std::string(DTypeName(std::get<0>(param.param))) + "_d" +
-                                  std::to_string(std::get<1>(param.param)) + "_g" +
-                                  std::to_string(std::get<2>(param.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, ReferenceSweepTest, testing::SweepParams(), testing::SweepName);
 
 TEST(ReferenceTest, BlockSizesOtherThanSixteen) {
   for (uint32_t bt : {1u, 3u, 32u}) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -241,6 +242,23 @@ std::vector<AttentionShape> SweepShapes(DType dtype, uint32_t head_dim, uint32_t
     s.chunk_tokens = 32;
   });
   return shapes;
+}
+
+std::string SweepName(const ::testing::TestParamInfo<SweepParam>& param) {
+  return std::string(DTypeName(std::get<0>(param.param))) + "_d" +
+         std::to_string(std::get<1>(param.param)) + "_g" + std::to_string(std::get<2>(param.param));
+}
+
+std::vector<uint16_t> RunReference(AttentionData data) {
+  const DecodeAttentionParams p = data.Params();
+  auto plan = PlanDecodeAttention(p);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  if (!plan.ok()) return {};
+  std::vector<float> workspace(plan->workspace_bytes / sizeof(float),
+                               std::numeric_limits<float>::quiet_NaN());
+  const Status s = DecodeAttentionReference(p, workspace.data(), plan->workspace_bytes);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return data.o;
 }
 
 }  // namespace kvtier::kernels::testing

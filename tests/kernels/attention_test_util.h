@@ -4,8 +4,11 @@
 // point at NaN slots), and a naive attention to check against.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/layout.h"
@@ -90,5 +93,19 @@ std::string CompareOutputs(DType dtype, const std::vector<uint16_t>& got,
 // block - 1, block, block + 1 and many blocks; split-K off, automatic and
 // forced (block-aligned and not); windows; MQA; one or more KV heads.
 std::vector<AttentionShape> SweepShapes(DType dtype, uint32_t head_dim, uint32_t group);
+
+// The sweep's combinations for a parameterized test: (dtype, head_dim,
+// group), every dtype x 64/128/256 x 1/2/4/8, named "fp16_d128_g2".
+using SweepParam = std::tuple<DType, uint32_t, uint32_t>;
+inline auto SweepParams() {
+  return ::testing::Combine(::testing::Values(DType::kFloat16, DType::kBFloat16),
+                            ::testing::Values(64u, 128u, 256u), ::testing::Values(1u, 2u, 4u, 8u));
+}
+std::string SweepName(const ::testing::TestParamInfo<SweepParam>& param);
+
+// Runs DecodeAttentionReference over a copy of `data`'s host buffers with a
+// NaN-filled workspace (so a partial read before it is written shows up)
+// and returns o. A failure to plan or run is a test failure.
+std::vector<uint16_t> RunReference(AttentionData data);
 
 }  // namespace kvtier::kernels::testing

@@ -28,6 +28,7 @@ namespace {
 
 using testing::AttentionData;
 using testing::AttentionShape;
+using testing::RunReference;
 
 template <typename T>
 std::function<void()> AttentionKernel(const internal::DecodeArgs& args, uint32_t group) {
@@ -80,14 +81,6 @@ std::vector<uint16_t> RunEmulated(AttentionData data) {
   return data.o;
 }
 
-std::vector<uint16_t> RunReference(AttentionData data) {
-  const DecodeAttentionParams p = data.Params();
-  auto plan = PlanDecodeAttention(p);
-  std::vector<float> ws(plan->workspace_bytes / sizeof(float));
-  EXPECT_TRUE(DecodeAttentionReference(p, ws.data(), plan->workspace_bytes).ok());
-  return data.o;
-}
-
 void ExpectEmulatedMatchesReference(const AttentionShape& shape, uint64_t seed) {
   SCOPED_TRACE(shape.ToString());
   const AttentionData data(shape, seed);
@@ -96,9 +89,7 @@ void ExpectEmulatedMatchesReference(const AttentionShape& shape, uint64_t seed) 
   EXPECT_TRUE(diff.empty()) << diff;
 }
 
-using SweepParam = std::tuple<DType, uint32_t, uint32_t>;  // dtype, head_dim, group
-
-class EmulatedAttentionTest : public ::testing::TestWithParam<SweepParam> {};
+class EmulatedAttentionTest : public ::testing::TestWithParam<testing::SweepParam> {};
 
 // The same canaried shapes as the reference's sweep, fewer per combination.
 TEST_P(EmulatedAttentionTest, MatchesReference) {
@@ -112,15 +103,7 @@ TEST_P(EmulatedAttentionTest, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, EmulatedAttentionTest,
-                         ::testing::Combine(::testing::Values(DType::kFloat16, DType::kBFloat16),
-                                            ::testing::Values(64u, 128u, 256u),
-                                            ::testing::Values(1u, 2u, 4u, 8u)),
-                         [](const ::testing::TestParamInfo<SweepParam>& param) {
-                           return std::string(DTypeName(std::get<0>(param.param))) + "_d" +
-                                  std::to_string(std::get<1>(param.param)) + "_g" +
-                                  std::to_string(std::get<2>(param.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, EmulatedAttentionTest, testing::SweepParams(), testing::SweepName);
 
 TEST(EmulatedAttentionTest, BadTableEntryPoisonsOnlyItsSequence) {
   AttentionShape shape;

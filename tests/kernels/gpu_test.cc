@@ -25,6 +25,7 @@ namespace {
 
 using testing::AttentionData;
 using testing::AttentionShape;
+using testing::RunReference;
 
 class GpuTest : public ::testing::Test {
  protected:
@@ -83,14 +84,6 @@ std::vector<uint16_t> RunOnGpu(const AttentionData& data) {
   return o.Download<uint16_t>();
 }
 
-std::vector<uint16_t> RunReference(AttentionData data) {
-  const DecodeAttentionParams p = data.Params();
-  auto plan = PlanDecodeAttention(p);
-  std::vector<float> ws(plan->workspace_bytes / sizeof(float));
-  EXPECT_TRUE(DecodeAttentionReference(p, ws.data(), plan->workspace_bytes).ok());
-  return data.o;
-}
-
 void ExpectGpuMatchesReference(const AttentionShape& shape, uint64_t seed) {
   SCOPED_TRACE(shape.ToString());
   const AttentionData data(shape, seed);
@@ -101,9 +94,8 @@ void ExpectGpuMatchesReference(const AttentionShape& shape, uint64_t seed) {
 
 #endif  // KVTIER_TEST_CUDA
 
-using SweepParam = std::tuple<DType, uint32_t, uint32_t>;  // dtype, head_dim, group
-
-class GpuAttentionSweepTest : public GpuTest, public ::testing::WithParamInterface<SweepParam> {};
+class GpuAttentionSweepTest : public GpuTest,
+                              public ::testing::WithParamInterface<testing::SweepParam> {};
 
 TEST_P(GpuAttentionSweepTest, MatchesReference) {
 #if KVTIER_TEST_CUDA
@@ -115,15 +107,7 @@ TEST_P(GpuAttentionSweepTest, MatchesReference) {
 #endif
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, GpuAttentionSweepTest,
-                         ::testing::Combine(::testing::Values(DType::kFloat16, DType::kBFloat16),
-                                            ::testing::Values(64u, 128u, 256u),
-                                            ::testing::Values(1u, 2u, 4u, 8u)),
-                         [](const ::testing::TestParamInfo<SweepParam>& param) {
-                           return std::string(DTypeName(std::get<0>(param.param))) + "_d" +
-                                  std::to_string(std::get<1>(param.param)) + "_g" +
-                                  std::to_string(std::get<2>(param.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuAttentionSweepTest, testing::SweepParams(), testing::SweepName);
 
 TEST_F(GpuTest, LongContextWithAutomaticSplit) {
 #if KVTIER_TEST_CUDA
