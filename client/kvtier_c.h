@@ -31,6 +31,7 @@ extern "C" {
 #define KVTIER_UNAVAILABLE 6
 #define KVTIER_INTERNAL 7
 #define KVTIER_FAILED_PRECONDITION 8
+#define KVTIER_PERMISSION_DENIED 9
 
 /* Element types of a layout (kvtier::DType). */
 #define KVTIER_DTYPE_FP16 0

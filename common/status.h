@@ -24,6 +24,7 @@ enum class StatusCode : int {
   kUnavailable = 6,         // transient: the caller may retry
   kInternal = 7,            // a bug: an invariant did not hold
   kFailedPrecondition = 8,  // the object is in the wrong state for the call
+  kPermissionDenied = 9,    // the caller may not do this (kvtierd's allow lists)
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -79,6 +80,9 @@ inline Status UnavailableError(std::string_view msg) { return {StatusCode::kUnav
 inline Status InternalError(std::string_view msg) { return {StatusCode::kInternal, msg}; }
 inline Status FailedPreconditionError(std::string_view msg) {
   return {StatusCode::kFailedPrecondition, msg};
+}
+inline Status PermissionDeniedError(std::string_view msg) {
+  return {StatusCode::kPermissionDenied, msg};
 }
 
 // Evaluates `expr` (a Status or a Result) and returns its error from the

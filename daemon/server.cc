@@ -168,9 +168,7 @@ Status Server::Admit(const PeerCredentials& peer) {
     session_logs_.denied.Log(
         LogLevel::kWarn,
         Str("refused a connection from ", who, ": not in server.allow_uids or server.allow_gids"));
-    // There is no PERMISSION_DENIED code in the protocol; FAILED_PRECONDITION
-    // with the reason spelled out is the closest.
-    return FailedPreconditionError(
+    return PermissionDeniedError(
         Str("permission denied: ", who,
             " may not attach to this kvtierd (server.allow_uids, server.allow_gids)"));
   }

@@ -29,7 +29,7 @@ constexpr uint8_t kMaxDType = static_cast<uint8_t>(DType::kFp8E5M2);
 constexpr uint8_t kMaxTier = static_cast<uint8_t>(WireTier::kSsd);
 constexpr uint8_t kMaxDeviceKind = static_cast<uint8_t>(DeviceKind::kCuda);
 constexpr uint8_t kMaxWriteState = static_cast<uint8_t>(WireWriteState::kSkipped);
-constexpr uint16_t kMaxStatusCode = static_cast<uint16_t>(StatusCode::kFailedPrecondition);
+constexpr uint16_t kMaxStatusCode = static_cast<uint16_t>(StatusCode::kPermissionDenied);
 
 std::string Hex(uint64_t v) {
   char buf[16];

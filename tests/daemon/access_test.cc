@@ -102,7 +102,7 @@ TEST(AccessTest, PeersNotOnTheAllowListsAreRefused) {
   for (int i = 0; i < 3; ++i) {
     auto c = TryConnect(*d);
     ASSERT_FALSE(c.ok());
-    EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(c.status().code(), StatusCode::kPermissionDenied);
     EXPECT_NE(c.status().message().find("permission denied"), std::string_view::npos)
         << c.status().ToString();
     EXPECT_NE(c.status().message().find("server.allow_uids"), std::string_view::npos);

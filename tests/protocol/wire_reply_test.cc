@@ -207,6 +207,12 @@ TEST(WireReply, ErrorRoundTrip) {
   EXPECT_EQ(f.h.flags, kFlagReply);
   EXPECT_EQ(DecodeError(f.h, f.payload), NotFoundError("no allocation 5"));
   EXPECT_EQ(static_cast<int>(StatusCode::kFailedPrecondition), 8);
+  EXPECT_EQ(static_cast<int>(StatusCode::kPermissionDenied), 9);
+  Bytes denied_frame;
+  EncodeError(Opcode::kHello, 11, PermissionDeniedError("uid 5 may not attach"), &denied_frame);
+  const Frame denied = Split(denied_frame);
+  EXPECT_EQ(denied.h.status, 9);
+  EXPECT_EQ(DecodeError(denied.h, denied.payload), PermissionDeniedError("uid 5 may not attach"));
 
   FrameHeader h = f.h;
   h.status = 200;
