@@ -46,7 +46,7 @@ TEST(StatusTest, WithContextPrefixesTheMessage) {
 }
 
 TEST(StatusTest, EveryCodeHasAName) {
-  for (int c = 0; c <= static_cast<int>(StatusCode::kFailedPrecondition); ++c) {
+  for (int c = 0; c <= static_cast<int>(StatusCode::kPermissionDenied); ++c) {
     EXPECT_NE(StatusCodeName(static_cast<StatusCode>(c)), "UNKNOWN") << c;
   }
 }
