@@ -217,21 +217,20 @@ Status Service::Hello(SessionState& s, const FrameHeader& h, const protocol::Hel
                                        "-", r.max_version, ", kvtierd ", protocol::kMinVersion, "-",
                                        protocol::kMaxVersion));
   }
-  Result<prefix_index::NamespaceId> added =
-      engine_.AddNamespace({r.model, r.salt, r.layout}, config_.max_namespaces);
-  if (!added && added.status().code() == StatusCode::kResourceExhausted) {
+  if (!engine_.FindNamespace(r.model, r.salt) &&
+      engine_.namespace_count() >= config_.max_namespaces) {
     CountRefusal(Refusal::kMaxNamespaces);
-    namespaces_log_.Log(
-        LogLevel::kWarn,
-        Str("refused a new namespace (model '", r.model, "'): ", config_.max_namespaces,
-            " are registered, the most allowed (server.max_namespaces)"));
+    namespaces_log_.Log(LogLevel::kWarn, Str("refused a new namespace (model '", r.model,
+                                             "'): ", engine_.namespace_count(),
+                                             " are registered, the most allowed is ",
+                                             config_.max_namespaces, " (server.max_namespaces)"));
     return ResourceExhaustedError(
-        Str("kvtierd has ", config_.max_namespaces,
-            " namespaces (model, salt, layout), the most allowed (server.max_namespaces); attach "
-            "with one already registered"));
+        Str("kvtierd has ", engine_.namespace_count(),
+            " namespaces (model, salt, layout) registered, the most allowed is ",
+            config_.max_namespaces, " (server.max_namespaces); attach with one of them"));
   }
-  if (!added) return added.status();
-  const prefix_index::NamespaceId ns = *added;
+  KVTIER_ASSIGN_OR_RETURN(const prefix_index::NamespaceId ns,
+                          engine_.AddNamespace({r.model, r.salt, r.layout}));
   s.attached = true;
   s.ns = ns;
   s.block_bytes = r.layout.BlockBytes();

@@ -139,7 +139,7 @@ CacheEngine::~CacheEngine() {
   assert(moves_in_flight_ == 0 && "every I/O completion must run before the engine goes");
 }
 
-Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec, size_t max_namespaces) {
+Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
   KVTIER_RETURN_IF_ERROR(spec.layout.Validate());
   for (size_t i = 0; i < namespaces_.size(); ++i) {
     const NamespaceSpec& known = namespaces_[i];
@@ -149,10 +149,6 @@ Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec, size_t 
                                   known.layout.ToString() + ", not " + spec.layout.ToString());
     }
     return static_cast<NamespaceId>(i);
-  }
-  if (namespaces_.size() >= max_namespaces) {
-    return ResourceExhaustedError(std::to_string(namespaces_.size()) +
-                                  " namespaces are registered, the most allowed");
   }
   const uint64_t bytes = spec.layout.BlockBytes();
   for (const auto& t : tiers_) {
@@ -174,6 +170,16 @@ Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec, size_t 
 
 const NamespaceSpec* CacheEngine::FindNamespace(NamespaceId ns) const {
   return ns < namespaces_.size() ? &namespaces_[ns] : nullptr;
+}
+
+std::optional<NamespaceId> CacheEngine::FindNamespace(std::string_view model,
+                                                      std::string_view salt) const {
+  for (size_t i = 0; i < namespaces_.size(); ++i) {
+    if (namespaces_[i].model == model && namespaces_[i].salt == salt) {
+      return static_cast<NamespaceId>(i);
+    }
+  }
+  return std::nullopt;
 }
 
 Status CacheEngine::CheckNamespace(NamespaceId ns) const {

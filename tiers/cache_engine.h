@@ -235,12 +235,15 @@ class CacheEngine {
 
   // Registers a namespace, or returns the id of an identical one.
   // InvalidArgument for a bad layout, or a known (model, salt) with another
-  // layout; ResourceExhausted when `spec` is new and `max_namespaces` are
-  // registered already (namespaces are never removed: they outlive
-  // restarts in the ssd tier).
-  Result<NamespaceId> AddNamespace(const NamespaceSpec& spec, size_t max_namespaces = SIZE_MAX);
+  // layout. Namespaces are never removed (they outlive restarts in the ssd
+  // tier); a caller that caps them checks namespace_count() and
+  // FindNamespace(model, salt) first.
+  Result<NamespaceId> AddNamespace(const NamespaceSpec& spec);
   // nullptr if unknown.
   const NamespaceSpec* FindNamespace(NamespaceId ns) const;
+  // The id registered for (model, salt), whatever its layout.
+  std::optional<NamespaceId> FindNamespace(std::string_view model, std::string_view salt) const;
+  size_t namespace_count() const { return namespaces_.size(); }
 
   // The leading run of `keys` present (committed) and where each block is.
   // Changes no recency.

@@ -319,18 +319,21 @@ TEST_F(CacheEngineTest, NamespaceLayoutsAreChecked) {
   EXPECT_EQ(engine_->Lookup(99, Chain(1, 1)).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(CacheEngineTest, NamespacesPastTheCapAreRefusedButKnownOnesAreFound) {
+TEST_F(CacheEngineTest, NamespacesAreFoundByModelAndSalt) {
   Build(0, 16);  // registers model-a
-  auto b = engine_->AddNamespace({"model-b", "", SmallLayout()}, 2);
+  EXPECT_EQ(engine_->namespace_count(), 1u);
+  EXPECT_EQ(engine_->FindNamespace("model-a", ""), std::optional<NamespaceId>(ns_));
+  EXPECT_EQ(engine_->FindNamespace("model-a", "x"), std::nullopt);  // another salt
+  EXPECT_EQ(engine_->FindNamespace("model-b", ""), std::nullopt);
+  auto b = engine_->AddNamespace({"model-b", "", SmallLayout()});
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_EQ(engine_->AddNamespace({"model-c", "", SmallLayout()}, 2).status().code(),
-            StatusCode::kResourceExhausted);
-  EXPECT_EQ(engine_->AddNamespace({"model-a", "x", SmallLayout()}, 2).status().code(),
-            StatusCode::kResourceExhausted);  // another salt is another namespace
-  EXPECT_EQ(*engine_->AddNamespace({"model-a", "", SmallLayout()}, 2), ns_);
-  EXPECT_EQ(*engine_->AddNamespace({"model-b", "", SmallLayout()}, 2), *b);
-  EXPECT_EQ(engine_->FindNamespace(2), nullptr);  // nothing half-registered
-  EXPECT_TRUE(engine_->AddNamespace({"model-c", "", SmallLayout()}, 3).ok());
+  EXPECT_EQ(engine_->FindNamespace("model-b", ""), std::optional<NamespaceId>(*b));
+  EXPECT_EQ(engine_->namespace_count(), 2u);
+  // A refused layout (40 MiB blocks in a 64 KiB tier) registers nothing.
+  Layout huge{80, 64, 128, DType::kFloat16, 16};
+  EXPECT_FALSE(engine_->AddNamespace({"model-c", "", huge}).ok());
+  EXPECT_EQ(engine_->FindNamespace("model-c", ""), std::nullopt);
+  EXPECT_EQ(engine_->namespace_count(), 2u);
 }
 
 TEST_F(CacheEngineTest, BadTargetsAreRejected) {
