@@ -61,7 +61,7 @@ if(_kvtier_sanitize)
     list(APPEND KVTIER_SANITIZER_COMPILE_FLAGS -fno-sanitize-recover=all)
     if(_kvtier_is_clang)
       # clang 14's -fsanitize=function mis-fires on coroutine frames
-      # (BUILD-NOTES.md). It checks only calls through function pointers
+      # (docs/build.md). It checks only calls through function pointers
       # cast to another type.
       list(APPEND KVTIER_SANITIZER_COMPILE_FLAGS -fno-sanitize=function)
     endif()

@@ -36,6 +36,14 @@ std::string Text(T value) {
   return out.str();
 }
 
+// Appends `item` to a comma-separated list. (Not `"," + Text(...)`: for a
+// literal plus a temporary string g++ 12 at -O3 reports a false -Wrestrict
+// inside char_traits.h, GCC bug 105651.)
+void AppendListItem(std::string* list, const std::string& item) {
+  if (!list->empty()) *list += ',';
+  *list += item;
+}
+
 // Builds metric families in the order added: one per name, with its samples.
 class Families {
  public:
@@ -369,7 +377,7 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
   // counts per bucket (not cumulative; the last is above the last bound),
   // so a reader can compute quantiles over any interval from two samples.
   std::string bounds;
-  for (uint64_t b : kLatencyBoundsNs) bounds += (bounds.empty() ? "" : ",") + Text(b / 1000);
+  for (uint64_t b : kLatencyBoundsNs) AppendListItem(&bounds, Text(b / 1000));
   add("latency_bounds_us", bounds);
   for (size_t i = 0; i < kNumOpcodes; ++i) {
     const OpStats& o = s.ops.of(OpAt(i));
@@ -378,7 +386,7 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
     add(p + "errors", o.errors);
     add(p + "latency_sum_us", o.latency_sum_ns / 1000);
     std::string buckets;
-    for (uint64_t c : o.buckets) buckets += (buckets.empty() ? "" : ",") + Text(c);
+    for (uint64_t c : o.buckets) AppendListItem(&buckets, Text(c));
     add(p + "latency_buckets", buckets);
   }
   return out;

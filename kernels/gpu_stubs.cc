@@ -5,6 +5,7 @@
 #include "kernels/block_copy.h"
 #include "kernels/internal/attention_check.h"
 #include "kernels/internal/copy_check.h"
+#include "kernels/kernels.h"
 
 namespace kvtier::kernels {
 namespace {
@@ -12,6 +13,8 @@ namespace {
 Status NoCuda() { return UnavailableError("kvtier was built without CUDA"); }
 
 }  // namespace
+
+std::vector<int> CompiledCudaArchitectures() { return {}; }
 
 Status DecodeAttention(const DecodeAttentionParams& params, void* workspace,
                        uint64_t workspace_bytes, Stream /*stream*/) {

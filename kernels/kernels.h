@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kvtier::kernels {
 
@@ -31,6 +32,12 @@ bool GpuAvailable();
 // One line for logs: the device's name, or why there is none
 // ("built without CUDA", "cudaGetDeviceCount: CUDA driver version is ...").
 std::string GpuDescription();
+
+// The GPU architectures this build's kernels were compiled for, as compute
+// capability x 10 (80 = sm_80), ascending, as nvcc saw them
+// (__CUDA_ARCH_LIST__); empty without CUDA. A GPU of an architecture not
+// listed runs the kernels only through the driver's JIT from PTX, if at all.
+std::vector<int> CompiledCudaArchitectures();
 
 // IEEE binary16 and bfloat16 <-> binary32, bit-exact on the host.
 // Narrowing rounds to nearest, ties to even; overflow gives infinity; NaN

@@ -1,4 +1,4 @@
-// Recorded request traces with KV-block identity (../shared/traces/README.md):
+// Recorded request traces with KV-block identity (the formats: tests/data/README.md):
 // the Mooncake JSONL format and the kv-cache-tester JSON format.
 //
 // Block ids are namespaced per file, so mixing files never makes two

@@ -2,29 +2,48 @@
 # Installs every build, test and benchmark dependency of kvtier from Debian 12's
 # packages. Idempotent: safe to run again; apt-get skips what is present.
 # Run as root (or through sudo) on a fresh Debian 12 machine.
+#
+#   scripts/install-deps.sh              install what is missing
+#   scripts/install-deps.sh --markdown   print the list as the README's table
+#
+# The list below is the only one: the README's "Dependencies" table is this
+# script's --markdown output, and a test (tests/docs) fails when they differ.
 set -euo pipefail
 
-packages=(
-  # toolchain
-  cmake ninja-build pkg-config g++ clang-format
-  # sanitizer and fuzzing builds (scripts/test.sh, docs/hardening.md)
-  clang-14 libclang-rt-14-dev # clang with its ASan/UBSan/TSan runtimes and libFuzzer
-  llvm-14             # llvm-symbolizer: file:line in sanitizer reports
-  # libraries
-  libboost-dev        # Boost.Asio (header-only) for the daemon
-  librocksdb-dev      # SSD tier index
-  libxxhash-dev       # XXH3-128 block keys, XXH3-64 checksums
-  prometheus-cpp-dev  # metrics exposer
-  libtomlplusplus-dev # configuration file (TOML)
-  libcli11-dev        # command-line flags of kvtierd and kvtier
-  nlohmann-json3-dev  # the trace readers of kvtier replay (JSON, JSONL)
-  redis-server        # the peer the control- and data-plane benchmarks compare against
-  bc                  # arithmetic in bench/daemon_vs_peers.sh
-  fio                 # raw disk bandwidth, the peer of bench/ssd_vs_fio.sh
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
-  prometheus          # promtool and a real Prometheus server for the metrics tests
+# One line per purpose: packages | why. Nothing else installs anything.
+deps=$(
+  cat <<'EOF'
+cmake ninja-build pkg-config g++ gcc | build; Ninja builds the heavy units in parallel (also the generator of the packaging test's consumer project), gcc the C consumer of the C API
+clang-format | the project's formatting (`.clang-format`)
+clang-14 libclang-rt-14-dev | the sanitizer and fuzzing builds of `scripts/test.sh`: clang with its ASan/UBSan/TSan runtimes and libFuzzer
+llvm-14 | `llvm-symbolizer`: file and line in sanitizer reports
+libxxhash-dev | XXH3-128 block keys (inlined: 2-3× faster than the shared library), XXH3-64 checksums
+libboost-dev | Boost.Asio for the daemon's Unix socket server
+librocksdb-dev | the SSD tier's index (warm restart)
+prometheus-cpp-dev | the metrics exposer
+libtomlplusplus-dev | the daemon's TOML configuration file, with line-numbered parse errors
+libcli11-dev | command-line flags of `kvtierd` and `kvtier`, with `--help` generated from the same declarations
+nlohmann-json3-dev | the trace readers of `kvtier replay` (JSON, JSONL)
+libgtest-dev libgmock-dev | tests
+libbenchmark-dev | `bench/`
+prometheus | `promtool` and a real Prometheus server for the metrics tests
+redis-server bc | the peer of the daemon benchmarks (`bench/daemon_vs_peers.sh`) and its arithmetic
+fio | the raw-disk peer of `bench/ssd_vs_fio.sh`
+EOF
 )
+
+if [ "${1:-}" = "--markdown" ]; then
+  echo "| package | why |"
+  echo "|---|---|"
+  while IFS='|' read -r pkgs why; do
+    # shellcheck disable=SC2086 # word splitting is the point
+    printf '| %s | %s |\n' "$(printf '`%s`, ' $pkgs | sed 's/, $//')" "${why# }"
+  done <<<"$deps"
+  exit 0
+fi
+
+# shellcheck disable=SC2207
+packages=($(cut -d'|' -f1 <<<"$deps"))
 
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null; then exec sudo -E "$0" "$@"; fi

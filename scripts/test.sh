@@ -138,7 +138,7 @@ stage_asan() {
 tsan_build="$build-tsan"
 # Tests that drive the real RocksDB, which Debian builds without TSan: its
 # internal synchronization is invisible to TSan, which then reports races
-# on every block handed to it (BUILD-NOTES.md). They run under ASan and in
+# on every block handed to it (docs/build.md). They run under ASan and in
 # stage 1. SsdSpaceTest and the tiers' other tests use no RocksDB and stay.
 tsan_excluded='^(SsdStoreTest|SsdEngineTest|SsdRestartTest|MetricsTest)\.'
 stage_tsan() {

@@ -130,6 +130,18 @@ size_t InlineChunk(const client::Client& c) {
   return std::max<size_t>(1, std::min<size_t>(c.session().max_keys, room / per_block));
 }
 
+std::string Int(uint64_t n) {
+  // Built front to back by appending: inserting "," into the string makes
+  // g++ 12 at -O3 report a false -Wrestrict in char_traits.h (GCC bug 105651).
+  const std::string digits = std::to_string(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 std::string_view TierName(client::WireTier tier) {
   switch (tier) {
     case client::WireTier::kDevice:

@@ -55,6 +55,9 @@ size_t InlineChunk(const client::Client& c);
 
 std::string_view TierName(client::WireTier tier);
 
+// "1,234,567": a count with thousands separators, for tables.
+std::string Int(uint64_t n);
+
 // Prints "kvtier: <message>" to stderr and returns the exit code 1.
 int Fail(const Status& status);
 

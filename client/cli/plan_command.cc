@@ -69,14 +69,6 @@ std::string Decimal1(double bytes) {
   return buf;
 }
 
-std::string Int(uint64_t n) {
-  std::string digits = std::to_string(n);
-  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) {
-    digits.insert(static_cast<size_t>(i), ",");
-  }
-  return digits;
-}
-
 // "128k" = 128,000 tokens, "1m" = 1,000,000, "4096" = 4,096.
 Result<uint64_t> ParseTokens(const std::string& text) {
   uint64_t scale = 1;

@@ -70,14 +70,6 @@ class Figures {
   std::map<std::string, std::string> map_;
 };
 
-std::string Int(uint64_t n) {
-  std::string digits = std::to_string(n);
-  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) {
-    digits.insert(static_cast<size_t>(i), ",");
-  }
-  return digits;
-}
-
 std::string Percent(uint64_t part, uint64_t whole) {
   if (whole == 0) return "-";
   char buf[32];

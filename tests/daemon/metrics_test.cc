@@ -6,7 +6,7 @@
 //
 // Each daemon here serves metrics on 127.0.0.1:0 (a free port, read from
 // its log); it is killed, not stopped, at the end, since a graceful stop
-// waits ~2 s for the HTTP server (BUILD-NOTES): one test stops one cleanly.
+// waits ~2 s for the HTTP server (docs/build.md): one test stops one cleanly.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-// kvtier replay --live against the real daemon: the shared Mooncake trace
+// kvtier replay --live against the real daemon: the Mooncake trace (tests/data)
 // through the real client with real bytes, every byte read back checked.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -12,8 +12,8 @@ namespace kvtier::testing {
 namespace {
 
 TEST(ReplayLiveTest, MooncakeTraceAgainstTheDaemonReadsBackEveryByte) {
-  const std::string trace = KVTIER_SHARED_DIR "/traces/mooncake_synthetic_trace.jsonl";
-  if (!std::filesystem::exists(trace)) GTEST_SKIP() << "shared traces not found";
+  const std::string trace = KVTIER_TEST_DATA_DIR "/mooncake_synthetic_trace.jsonl";
+  ASSERT_TRUE(std::filesystem::exists(trace)) << trace;
   auto d = Daemon::Start({"--host-capacity", "32MiB", "--host-slab", "1MiB"});
   ASSERT_NE(d, nullptr);
   const std::string cmd = std::string(KVTIER_CLI_PATH) + " replay --live --quiet --socket " +

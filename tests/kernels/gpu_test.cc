@@ -3,6 +3,7 @@
 // built without CUDA or the machine has no usable GPU (STYLE.md 16).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "block_copy_test_util.h"
 #include "kernels/attention.h"
 #include "kernels/block_copy.h"
+#include "kernels/kernels.h"
 
 #if KVTIER_TEST_CUDA
 #include <cuda_runtime_api.h>
@@ -33,6 +35,21 @@ class GpuTest : public ::testing::Test {
     if (!GpuAvailable()) GTEST_SKIP() << "no GPU to test the CUDA kernels on: " << GpuDescription();
   }
 };
+
+// The kernels carry Hopper's machine code (cmake/cuda.cmake): on an
+// H100/H200 they must not run as JIT-compiled code of an older GPU. Reads
+// what nvcc compiled, so it needs no GPU.
+TEST(CudaArchitecturesTest, KernelsAreBuiltForHopper) {
+  const std::vector<int> archs = CompiledCudaArchitectures();
+#if KVTIER_TEST_CUDA
+  std::string list;
+  for (int a : archs) list += std::to_string(a) + " ";
+  EXPECT_NE(std::find(archs.begin(), archs.end(), 90), archs.end())
+      << "the kernels are built for compute capabilities " << list << "only, not 9.0";
+#else
+  EXPECT_TRUE(archs.empty());
+#endif
+}
 
 #if KVTIER_TEST_CUDA
 

@@ -24,8 +24,9 @@ pc=$(dirname "$(find "$prefix" -name kvtier.pc | head -n 1)")
 config=$(dirname "$(find "$prefix" -name kvtierConfig.cmake | head -n 1)")
 [[ -d "$pc" && -d "$config" ]] || { echo "no kvtier.pc or kvtierConfig.cmake" >&2; exit 1; }
 
-# C++ through the CMake package.
-cmake -S "$src/tests/packaging/consumer" -B "$work/cpp" -DCMAKE_PREFIX_PATH="$prefix" \
+# C++ through the CMake package, with the generator the project itself uses
+# (scripts/install-deps.sh installs Ninja; a minimal Debian has no make).
+cmake -S "$src/tests/packaging/consumer" -B "$work/cpp" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/cpp" >/dev/null
 # C through pkg-config (the C API needs only a C compiler and the flags).

@@ -1,23 +1,20 @@
-// Simulate mode against the shared traces (../shared/traces): LRU
-// reproduces the published Mooncake numbers, and OPT bounds every policy.
+// Simulate mode against the recorded traces the project carries (tests/data):
+// LRU reproduces the published Mooncake numbers, and OPT bounds every policy.
 #include "replay/simulator.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include "eviction/eviction_policy.h"
 
 namespace kvtier::replay {
 namespace {
 
-const std::string kTraces = KVTIER_SHARED_DIR "/traces";
+const std::string kTraces = KVTIER_TEST_DATA_DIR;
 
+// The traces are part of the repository: a missing one is a failure, not a skip.
 Trace Load(std::vector<std::string> files) {
-  for (const std::string& f : files) {
-    if (!std::filesystem::exists(f)) return {};
-  }
   auto t = ReadTraces(files);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   return t.ok() ? std::move(t).value() : Trace{};
@@ -25,7 +22,7 @@ Trace Load(std::vector<std::string> files) {
 
 TEST(SimulatorTest, LruReproducesMooncakesPublishedHitRates) {
   const Trace trace = Load({kTraces + "/mooncake_synthetic_trace.jsonl"});
-  if (trace.requests.empty()) GTEST_SKIP() << "shared traces not found at " << kTraces;
+  ASSERT_FALSE(trace.requests.empty());
   ASSERT_EQ(trace.requests.size(), 3993u);
   ASSERT_EQ(trace.block_refs, 121877u);
   // Mooncake FAST'25, Figure 9: capacity in tokens -> token hit rate.
@@ -52,7 +49,7 @@ TEST(SimulatorTest, OptBoundsEveryPolicyAtEveryCapacity) {
   }
   for (const auto& files : traces) {
     const Trace trace = Load(files);
-    if (trace.requests.empty()) GTEST_SKIP() << "shared traces not found at " << kTraces;
+    ASSERT_FALSE(trace.requests.empty());
     for (uint64_t blocks : {200u, 2000u, 20000u}) {
       SimConfig opt;
       opt.policy = "opt";
@@ -74,7 +71,7 @@ TEST(SimulatorTest, OptBoundsEveryPolicyAtEveryCapacity) {
 
 TEST(SimulatorTest, MoreCapacityNeverHurtsLruAndTiersAddUp) {
   const Trace trace = Load({kTraces + "/mooncake_synthetic_trace.jsonl"});
-  if (trace.requests.empty()) GTEST_SKIP() << "shared traces not found at " << kTraces;
+  ASSERT_FALSE(trace.requests.empty());
   SimConfig one;
   one.host_blocks = 4000;
   auto host_only = Simulate(trace, one);

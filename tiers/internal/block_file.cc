@@ -119,17 +119,24 @@ Result<AlignedBuffer> AlignedBuffer::Allocate(size_t bytes) {
 
 Result<std::unique_ptr<BlockFile>> OpenBlockFile(const std::string& path, bool direct_io,
                                                  const NoteFn& note) {
+  return OpenBlockFile(path, direct_io, note, [](const char* p, int flags, mode_t mode) {
+    return ::open(p, flags, mode);
+  });
+}
+
+Result<std::unique_ptr<BlockFile>> OpenBlockFile(const std::string& path, bool direct_io,
+                                                 const NoteFn& note, const OpenFn& open_file) {
   constexpr int kFlags = O_RDWR | O_CREAT | O_CLOEXEC;
   bool direct = direct_io;
   int fd = -1;
   do {
-    fd = ::open(path.c_str(), kFlags | (direct ? O_DIRECT : 0), 0600);
+    fd = open_file(path.c_str(), kFlags | (direct ? O_DIRECT : 0), 0600);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0 && direct && errno == EINVAL) {
     if (note) note("O_DIRECT refused for " + path + " (EINVAL); using buffered I/O");
     direct = false;
     do {
-      fd = ::open(path.c_str(), kFlags, 0600);
+      fd = open_file(path.c_str(), kFlags, 0600);
     } while (fd < 0 && errno == EINTR);
   }
   if (fd < 0) return ErrnoStatus(errno, "open", path, 0);

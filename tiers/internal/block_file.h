@@ -93,6 +93,12 @@ using NoteFn = std::function<void(std::string_view)>;
 Result<std::unique_ptr<BlockFile>> OpenBlockFile(const std::string& path, bool direct_io,
                                                  const NoteFn& note);
 
+// open(2) as OpenBlockFile calls it, so that a test can play a filesystem
+// that refuses O_DIRECT wherever it runs (returns -1 and sets errno).
+using OpenFn = std::function<int(const char* path, int flags, mode_t mode)>;
+Result<std::unique_ptr<BlockFile>> OpenBlockFile(const std::string& path, bool direct_io,
+                                                 const NoteFn& note, const OpenFn& open_file);
+
 // Opens one block file for SsdStore; tests substitute one that wraps the real
 // file in a FaultInjectingFile.
 using BlockFileFactory = std::function<Result<std::unique_ptr<BlockFile>>(
