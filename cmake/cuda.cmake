@@ -34,7 +34,16 @@ if(NOT KVTIER_CUDA STREQUAL "OFF")
         "GPU architectures the kernels are compiled for (kvtier's default: cmake/cuda.cmake)")
     endif()
     enable_language(CUDA)
+    # Debian 12's CMake 3.25.1 FindCUDAToolkit stops with "set_property could
+    # not find TARGET CUDA::nvToolsExt" when the toolkit has no nvToolsExt
+    # (CUDA 12.9 and 13 ship only the header-only nvtx3) and the project
+    # requires 3.25 or newer: it then marks the missing target deprecated
+    # (fixed in 3.25.2). The version is read only for that, so the module is
+    # shown an older one.
+    set(_kvtier_min_version ${CMAKE_MINIMUM_REQUIRED_VERSION})
+    set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
     find_package(CUDAToolkit REQUIRED)
+    set(CMAKE_MINIMUM_REQUIRED_VERSION ${_kvtier_min_version})
     # A build that would run on Hopper (H100/H200) only as JIT-compiled code
     # of an older GPU is a mistake: say so now, not on the GPU.
     set(_kvtier_archs "${CMAKE_CUDA_ARCHITECTURES}")
