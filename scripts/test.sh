@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# The test command: installs the dependencies (Debian 12, as root), then runs
-# four stages (docs/hardening.md). .ci/run calls exactly this.
+# The test command: installs the dependencies (Debian 12, as root, and the
+# pinned Python environment .venv), then runs five stages (docs/hardening.md).
+# .ci/run calls exactly this.
 #
 #   1. normal  g++, warnings as errors, assertions on, the CUDA parts when
 #              nvcc is found: builds everything and runs every test.
-#   2. asan    clang, AddressSanitizer + UndefinedBehaviorSanitizer (and the
+#   2. python  the kvtier Python package (pip install ./python into .venv)
+#              and its tests (pytest python/tests) against stage 1's kvtierd,
+#              with a real transformers model.
+#   3. asan    clang, AddressSanitizer + UndefinedBehaviorSanitizer (and the
 #              fuzz targets): runs every test but the build-system ones.
-#   3. tsan    clang, ThreadSanitizer: the engine (tiers) and daemon tests,
+#   4. tsan    clang, ThreadSanitizer: the engine (tiers) and daemon tests,
 #              less those that drive the real RocksDB (not TSan-instrumented).
-#   4. fuzz    each libFuzzer target for KVTIER_CI_FUZZ_SECONDS over its corpus.
+#   5. fuzz    each libFuzzer target for KVTIER_CI_FUZZ_SECONDS over its corpus.
 #
 # Every stage is on by default; set its variable to 0 to skip it:
-#   KVTIER_CI_NORMAL, KVTIER_CI_ASAN, KVTIER_CI_TSAN, KVTIER_CI_FUZZ, or
-#   KVTIER_CI_SANITIZERS=0 for stages 2-4 at once. The first failed stage
-#   ends the run, unless KVTIER_CI_KEEP_GOING=1.
+#   KVTIER_CI_NORMAL, KVTIER_CI_PYTHON, KVTIER_CI_ASAN, KVTIER_CI_TSAN,
+#   KVTIER_CI_FUZZ, or KVTIER_CI_SANITIZERS=0 for stages 3-5 at once. The
+#   first failed stage ends the run, unless KVTIER_CI_KEEP_GOING=1.
 #
 #   ./scripts/test.sh                            # everything (build dirs build-test*)
 #   KVTIER_CI_SANITIZERS=0 ./scripts/test.sh     # the normal stage only
@@ -28,6 +32,7 @@ build=${BUILD_DIR:-build-test}
 jobs=$(nproc)
 sanitizers=${KVTIER_CI_SANITIZERS:-1}
 run_normal=${KVTIER_CI_NORMAL:-1}
+run_python=${KVTIER_CI_PYTHON:-1}
 run_asan=${KVTIER_CI_ASAN:-$sanitizers}
 run_tsan=${KVTIER_CI_TSAN:-$sanitizers}
 run_fuzz=${KVTIER_CI_FUZZ:-$sanitizers}
@@ -99,18 +104,31 @@ configure_clang() {
 }
 
 # ---- 1. normal --------------------------------------------------------------
-stage_normal() {
+configure_normal() {
   # RelWithDebInfo without -DNDEBUG: optimized, and every assert (the
   # REQUIRES: preconditions) is checked while the tests run.
   cmake -S . -B "$build" -G Ninja \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g" \
     -DKVTIER_WERROR=ON
+}
+stage_normal() {
+  configure_normal
   cmake --build "$build" -j"$jobs"
   ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600
 }
 
-# ---- 2. ASan + UBSan ---------------------------------------------------------
+# ---- 2. python ---------------------------------------------------------------
+# The package's tests start stage 1's kvtierd and kvtier (built here when
+# stage 1 was skipped).
+stage_python() {
+  ./scripts/python-env.sh
+  configure_normal >/dev/null
+  cmake --build "$build" -j"$jobs" --target kvtierd kvtier
+  KVTIER_BUILD_DIR="$PWD/$build" "${KVTIER_VENV:-.venv}/bin/python" -m pytest -q -ra python/tests
+}
+
+# ---- 3. ASan + UBSan ---------------------------------------------------------
 asan_build="$build-asan"
 configure_asan() {
   configure_clang "$asan_build" -DKVTIER_SANITIZE=address,undefined -DKVTIER_FUZZ=ON
@@ -134,7 +152,7 @@ stage_asan() {
   return $failed
 }
 
-# ---- 3. TSan -----------------------------------------------------------------
+# ---- 4. TSan -----------------------------------------------------------------
 tsan_build="$build-tsan"
 # Tests that drive the real RocksDB, which Debian builds without TSan: its
 # internal synchronization is invisible to TSan, which then reports races
@@ -157,7 +175,7 @@ stage_tsan() {
   return $failed
 }
 
-# ---- 4. fuzz -------------------------------------------------------------------
+# ---- 5. fuzz -------------------------------------------------------------------
 # All targets at once (two cores, three targets), each for fuzz_seconds,
 # starting from the committed corpus; new inputs go to a scratch corpus in
 # the build tree, crashes to its artifacts folder.
@@ -196,6 +214,7 @@ stage_fuzz() {
 }
 
 [ "$run_normal" = 0 ] || run_stage normal stage_normal
+[ "$run_python" = 0 ] || run_stage python stage_python
 [ "$run_asan" = 0 ] || run_stage asan stage_asan
 [ "$run_tsan" = 0 ] || run_stage tsan stage_tsan
 [ "$run_fuzz" = 0 ] || run_stage fuzz stage_fuzz

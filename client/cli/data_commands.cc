@@ -84,6 +84,14 @@ int RunLookup(const DataOptions& o) {
     for (size_t i = 0; i < tiers.size(); ++i) {
       out += (i ? ",\"" : "\"") + std::string(TierName(tiers[i])) + "\"";
     }
+    // Every key of the chain, hits or not: what another client (the Python
+    // package) must compute for the same tokens.
+    out += "],\"keys\":[";
+    for (size_t i = 0; i < s->keys.size(); ++i) {
+      out += i ? ",\"" : "\"";
+      out += s->keys[i].ToHex();
+      out += '"';
+    }
     std::printf("%s]}\n", out.c_str());
     return 0;
   }

@@ -1,0 +1,243 @@
+"""Prefix reuse for Hugging Face transformers models through kvtierd.
+
+A decoder-only model with the standard cache (``DynamicCache``) skips the
+prefill of every prompt prefix that kvtierd holds, in any tier, across
+processes and daemon restarts::
+
+    from transformers import AutoModelForCausalLM
+    import kvtier.hf
+
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.bfloat16)
+    cache = kvtier.hf.PrefixCache(model)             # attaches to kvtierd
+    out = cache.generate(input_ids, max_new_tokens=64)
+
+``generate`` looks up the longest cached prefix of the prompt (whole blocks),
+loads its K and V for every layer into a fresh ``DynamicCache``, lets
+``model.generate`` run the model over the rest only, and stores the prompt's
+new full blocks. The same steps by hand, for a forward loop of your own::
+
+    past, cached = cache.load(input_ids)             # cached < len(prompt)
+    out = model(input_ids[:, cached:], past_key_values=past, use_cache=True)
+    cache.store(input_ids, past)
+
+The namespace is the model id, dtype and layout (layers, KV heads, head
+dim, block tokens), so a different model, dtype or block size never hits.
+The model id names the weights: give two differently trained models the same
+id and they would share blocks, so pass ``model_id=`` when the model has no
+``name_or_path`` of its own.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Optional, Sequence, Tuple
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from . import Client, Layout, ResourceExhaustedError, Tier
+
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def model_layout(model: PreTrainedModel, block_tokens: int = 16) -> Layout:
+    """The kvtier block layout of a decoder-only model's KV cache."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    if model.dtype not in _DTYPES:
+        raise ValueError(f"kvtier.hf stores fp16, bf16 or fp32 caches, not {model.dtype}")
+    return Layout(
+        layers=config.num_hidden_layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        dtype=_DTYPES[model.dtype],
+        block_tokens=block_tokens,
+    )
+
+
+def _token_list(input_ids: Any) -> list[int]:
+    if isinstance(input_ids, torch.Tensor):
+        if input_ids.dim() == 2:
+            if input_ids.shape[0] != 1:
+                raise ValueError("kvtier.hf handles one sequence at a time (batch size 1)")
+            input_ids = input_ids[0]
+        return input_ids.tolist()
+    return list(input_ids)
+
+
+class PrefixCache:
+    """The bridge between one model and kvtierd: load cached prefixes, store new ones.
+
+    model: a decoder-only transformers model whose cache is a ``DynamicCache``
+        of full-attention layers (Llama, Mistral without sliding window, Qwen2, ...).
+    model_id: names the weights in the namespace; default ``model.name_or_path``.
+    socket, salt, timeout_ms: as for :class:`kvtier.Client`.
+    block_tokens: tokens per block (16 by default, vLLM's block size).
+    tier: where blocks are read from and written to: HOST (any model), or
+        DEVICE for a model on the daemon's GPU.
+    client: an attached :class:`kvtier.Client` to use instead (its layout must
+        be this model's).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        *,
+        model_id: Optional[str] = None,
+        socket: Optional[str] = None,
+        salt: str = "",
+        block_tokens: int = 16,
+        tier: Tier = Tier.HOST,
+        timeout_ms: int = 0,
+        client: Optional[Client] = None,
+    ) -> None:
+        self.model = model
+        self.layout = model_layout(model, block_tokens)
+        self.tier = tier
+        name = model_id or getattr(model, "name_or_path", "") or model.config._name_or_path
+        if not name:
+            raise ValueError("the model has no name_or_path: pass model_id= to name its weights")
+        self.model_id = name
+        if client is None:
+            lo = self.layout
+            namespace = (
+                f"{name}|{lo.dtype}|{lo.layers}x{lo.kv_heads}x{lo.head_dim}|{lo.block_tokens}"
+            )
+            client = Client(namespace, lo, socket=socket, salt=salt, timeout_ms=timeout_ms,
+                            client_name="kvtier.hf")
+        elif client.layout != self.layout:
+            raise ValueError(f"the client's layout {client.layout} is not the model's {self.layout}")
+        self.client = client
+        self._dtype = model.dtype
+        # The keyword that hands a cache to this model's forward() and
+        # generate(): "cache" since transformers 5.x, "past_key_values" before.
+        self.cache_kwarg = (
+            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> "PrefixCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- reading ----------------------------------------------------------
+
+    def cached_tokens(self, input_ids: Any) -> int:
+        """Tokens of the prompt that load() would take from kvtierd (no pin, no move)."""
+        tokens = _token_list(input_ids)
+        hits = self.client.lookup(self.client.block_keys(tokens)).hits
+        return min(hits * self.layout.block_tokens, max(len(tokens) - 1, 0))
+
+    def load(self, input_ids: Any) -> Tuple[DynamicCache, int]:
+        """A DynamicCache holding the K and V of the longest cached prefix, and its length.
+
+        At most len(prompt) - 1 tokens are loaded: the model must still run
+        over the last one to produce the next token's logits. The blocks are
+        pinned in kvtierd only while they are copied.
+        """
+        tokens = _token_list(input_ids)
+        cache = DynamicCache(config=self.model.config)
+        usable = max(len(tokens) - 1, 0)
+        keys = self.client.block_keys(tokens)
+        if not keys or usable == 0:
+            return cache, 0
+        with self.client.acquire(keys, self.tier) as lease:
+            blocks = len(lease)
+            if blocks == 0:
+                return cache, 0
+            lo = self.layout
+            device = self.model.device
+            # [layer, k|v, kv_head, block, token, head_dim]: per layer, K and V
+            # are then [kv_head, blocks * block_tokens, head_dim] without a copy.
+            dst = torch.empty(
+                (lo.layers, 2, lo.kv_heads, blocks, lo.block_tokens, lo.head_dim),
+                dtype=self._dtype,
+                device=device,
+            )
+            for i in range(blocks):
+                src = torch.from_dlpack(lease[i]).view(self._dtype).view(lo.block_shape)
+                # One copy per block: [layer, k|v, token, head, dim] -> [.., head, token, dim].
+                dst[:, :, :, i].copy_(src.permute(0, 1, 3, 2, 4))
+                del src
+        n = min(blocks * lo.block_tokens, usable)
+        seq = dst.view(lo.layers, 2, lo.kv_heads, blocks * lo.block_tokens, lo.head_dim)
+        for layer in range(lo.layers):
+            cache.update(
+                seq[layer, 0, :, :n].unsqueeze(0), seq[layer, 1, :, :n].unsqueeze(0), layer
+            )
+        return cache, n
+
+    # ---- writing ----------------------------------------------------------
+
+    def store(self, input_ids: Any, cache: DynamicCache) -> int:
+        """Writes the full blocks of input_ids whose K and V the cache holds and kvtierd lacks.
+
+        Returns the blocks written (0 when all were cached, or when the tier
+        had no room: storing is best effort and never stops inference).
+        """
+        tokens = _token_list(input_ids)
+        lo = self.layout
+        layers = cache.layers
+        if len(layers) != lo.layers:
+            raise ValueError(f"the cache has {len(layers)} layers, the model {lo.layers}")
+        held = cache.get_seq_length()
+        full = min(len(tokens), held) // lo.block_tokens
+        if full == 0:
+            return 0
+        keys = self.client.block_keys(tokens[: full * lo.block_tokens])
+        start = self.client.lookup(keys).hits
+        if start == full:
+            return 0
+        parent = keys[start - 1] if start > 0 else None
+        try:
+            write = self.client.allocate(keys[start:], self.tier, parent=parent)
+        except ResourceExhaustedError:
+            return 0
+        with write:
+            # Per block, the 2 x layers [token, head, dim] slices, in block order.
+            parts = []
+            for layer in layers:
+                if not hasattr(layer, "keys") or getattr(layer, "is_sliding", False):
+                    raise ValueError("kvtier.hf stores full-attention DynamicCache layers only")
+                parts.append(layer.keys[0])
+                parts.append(layer.values[0])
+            written = 0
+            shape = (2 * lo.layers, lo.block_tokens, lo.kv_heads, lo.head_dim)
+            for i in write.allocated:
+                b = start + i
+                span = slice(b * lo.block_tokens, (b + 1) * lo.block_tokens)
+                slot = torch.from_dlpack(write[i]).view(self._dtype).view(shape)
+                # One copy per block, straight into the slot.
+                torch.stack([p[:, span].transpose(0, 1) for p in parts], out=slot)
+                del slot
+                written += 1
+            write.commit()
+        return written
+
+    # ---- both ---------------------------------------------------------------
+
+    def generate(self, input_ids: torch.Tensor, *, store_output: bool = False, **kwargs: Any) -> Any:
+        """model.generate() over the prompt, reusing and then storing its cached prefix.
+
+        Takes generate()'s own keyword arguments. With store_output, the
+        full blocks of the generated tokens are stored as well (for a
+        conversation whose next turn resends them).
+        """
+        if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+            raise ValueError("kvtier.hf handles one sequence at a time (input_ids of shape [1, n])")
+        past, _ = self.load(input_ids)
+        kwargs[self.cache_kwarg] = past
+        out = self.model.generate(input_ids, **kwargs)
+        sequence = out.sequences if hasattr(out, "sequences") else out
+        stored = sequence[0] if store_output else input_ids[0]
+        self.store(stored, past)
+        return out
+
+
+__all__: Sequence[str] = ["PrefixCache", "model_layout"]

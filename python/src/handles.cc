@@ -1,0 +1,309 @@
+#include "handles.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <string>
+
+namespace kvtier::python {
+
+using client::WireTier;
+using client::WireWriteState;
+using Bytes1D = nb::ndarray<nb::array_api, uint8_t, nb::ndim<1>, nb::c_contig>;
+using ConstBytes1D = nb::ndarray<nb::array_api, const uint8_t, nb::ndim<1>, nb::c_contig>;
+
+namespace {
+
+constexpr int kDLCpu = 1;   // DLPack's kDLCPU
+constexpr int kDLCuda = 2;  // DLPack's kDLCUDA
+
+size_t Index(int64_t i, size_t n) {
+  const int64_t size = static_cast<int64_t>(n);
+  if (i < -size || i >= size) {
+    throw nb::index_error(
+        ("block index " + std::to_string(i) + " out of range for " + std::to_string(n) + " blocks")
+            .c_str());
+  }
+  return static_cast<size_t>(i < 0 ? i + size : i);
+}
+
+// Where block i of a lease or write lives, as a view sees it: host memory
+// (the host arena, or an emulated device arena, mapped) or a GPU's.
+struct Place {
+  std::byte* data = nullptr;
+  int device_type = kDLCpu;
+  int device_id = 0;
+};
+
+Place Locate(ClientCore& core, WireTier tier, std::byte* host, uint64_t offset) {
+  if (host != nullptr) return {host, kDLCpu, 0};
+  return core.Peek([&](client::Client& c) {
+    if (c.device_ordinal() < 0 || tier != WireTier::kDevice) {
+      Throw(FailedPreconditionError("this block's arena is not mapped in this process"));
+    }
+    return Place{core.DeviceBaseLocked(c) + offset, kDLCuda, c.device_ordinal()};
+  });
+}
+
+// A capsule owning one reference to T's core: a view keeps it alive.
+template <typename T>
+nb::capsule Owner(std::shared_ptr<T> core) {
+  return nb::capsule(new std::shared_ptr<T>(std::move(core)),
+                     [](void* p) noexcept { delete static_cast<std::shared_ptr<T>*>(p); });
+}
+
+// Counts a write's live views, so that it cannot commit under them.
+struct WriteViewToken {
+  explicit WriteViewToken(std::shared_ptr<WriteCore> c) : core(std::move(c)) { ++core->views; }
+  ~WriteViewToken() { --core->views; }
+  std::shared_ptr<WriteCore> core;
+};
+
+}  // namespace
+
+std::vector<client::BlockKey> KeysFromPython(nb::handle keys) {
+  std::vector<client::BlockKey> out;
+  if (PyBytes_Check(keys.ptr())) {
+    throw nb::type_error("keys must be a sequence of 16-byte keys, not one bytes object");
+  }
+  const Py_ssize_t n = PySequence_Size(keys.ptr());
+  if (n >= 0) out.reserve(static_cast<size_t>(n));
+  PyErr_Clear();
+  for (nb::handle k : keys) out.push_back(KeyFromPython(k));
+  return out;
+}
+
+client::BlockKey KeyFromPython(nb::handle key) {
+  char* data = nullptr;
+  Py_ssize_t size = 0;
+  if (!PyBytes_Check(key.ptr()) || PyBytes_AsStringAndSize(key.ptr(), &data, &size) != 0 ||
+      size != 16) {
+    PyErr_Clear();
+    throw nb::value_error("a block key is a bytes object of 16 bytes (from Client.block_keys)");
+  }
+  client::BlockKey k;
+  for (int i = 0; i < 8; ++i) {
+    k.hi = (k.hi << 8) | static_cast<uint8_t>(data[i]);
+    k.lo = (k.lo << 8) | static_cast<uint8_t>(data[8 + i]);
+  }
+  return k;
+}
+
+nb::bytes KeyToPython(const client::BlockKey& key) {
+  char data[16];
+  for (int i = 0; i < 8; ++i) {
+    data[i] = static_cast<char>(key.hi >> (56 - 8 * i));
+    data[8 + i] = static_cast<char>(key.lo >> (56 - 8 * i));
+  }
+  return nb::bytes(data, sizeof data);
+}
+
+const std::shared_ptr<LeaseCore>& PyLease::core() const {
+  if (core_ == nullptr) Throw(FailedPreconditionError("the lease was released"));
+  return core_;
+}
+
+const std::shared_ptr<WriteCore>& PyWriteHandle::core() const {
+  if (core_ == nullptr) Throw(FailedPreconditionError("the write was committed or aborted"));
+  return core_;
+}
+
+void PyWriteHandle::Commit() {
+  const std::shared_ptr<WriteCore> w = core();
+  if (const int views = w->views.load(); views > 0) {
+    throw nb::buffer_error(
+        (std::to_string(views) +
+         " view(s) of this write's slots are still alive: drop them (del) before commit(), "
+         "since no one may write into a published block")
+            .c_str());
+  }
+  core_.reset();  // closed whatever the outcome, as the daemon ends it either way
+  const Status s = w->client()->Call([&](client::Client&) { return w->write().Commit(); });
+  if (!s.ok()) Throw(s);
+}
+
+void PyWriteHandle::Abort() {
+  const std::shared_ptr<WriteCore> w = core();
+  core_.reset();
+  const Status s = w->client()->Call([&](client::Client&) { return w->write().Abort(); });
+  if (!s.ok()) Throw(s);
+}
+
+void BindHandles(nb::module_& m) {
+  nb::class_<PyLease>(m, "Lease",
+                      R"(The leading cached blocks of Client.acquire(), pinned in one tier.
+
+A pinned block is never evicted or moved. ``lease[i]`` is a read-only,
+zero-copy view of block i's bytes (buffer protocol and DLPack:
+``numpy.asarray(lease[i])``, ``torch.from_dlpack(lease[i])``), laid out as
+``Layout.block_shape``. Release the lease (``release()`` or leaving its
+``with`` block) when done: the pin is dropped once the lease is released and
+no view of its blocks is alive any more, so a view never shows another
+block's bytes.)")
+      .def(
+          "__len__", [](const PyLease& l) { return l.held() ? l.core()->lease().size() : 0; },
+          "Blocks leased: the leading hits of the keys asked for (0 once released).")
+      .def(
+          "__getitem__",
+          [](const PyLease& self, int64_t i) {
+            const std::shared_ptr<LeaseCore>& core = self.core();
+            const client::ReadLease& l = core->lease();
+            const size_t k = Index(i, l.size());
+            std::byte* host = nullptr;
+            if (core->client()->Peek([&](client::Client& c) { return c.mapped(l.tier()); })) {
+              host = const_cast<std::byte*>(l.Bytes(k).data());
+            }
+            const Place p = Locate(*core->client(), l.tier(), host, l.offset(k));
+            const size_t shape[1] = {static_cast<size_t>(
+                core->client()->Peek([](client::Client& c) { return c.block_bytes(); }))};
+            return ConstBytes1D(p.data, 1, shape, Owner(core), nullptr, nb::dtype<uint8_t>(),
+                                p.device_type, p.device_id);
+          },
+          nb::arg("i"), "A read-only zero-copy view (uint8, block_bytes long) of block i.")
+      .def_prop_ro(
+          "tier", [](const PyLease& l) { return l.core()->lease().tier(); },
+          "The tier the blocks are pinned in.")
+      .def_prop_ro("id", [](const PyLease& l) { return l.core()->lease().id(); })
+      .def_prop_ro("held", &PyLease::held, "False once released.")
+      .def_prop_ro(
+          "offsets",
+          [](const PyLease& l) {
+            const client::ReadLease& r = l.core()->lease();
+            std::vector<uint64_t> out;
+            for (size_t i = 0; i < r.size(); ++i) out.push_back(r.offset(i));
+            return out;
+          },
+          "Byte offset of each block in its tier's arena.")
+      .def(
+          "block_table",
+          [](const PyLease& l, uint64_t stride) {
+            return ValueOrThrow(l.core()->lease().BlockTable(stride));
+          },
+          nb::arg("stride_bytes") = 4096,
+          "The blocks as a kernel's block table: offset / stride_bytes each (kernels/ address "
+          "slot k at arena + k * stride).")
+      .def("release", &PyLease::Release,
+           "Unpins the blocks (once no view of them is alive). Idempotent.")
+      .def(
+          "__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
+      .def(
+          "__exit__", [](PyLease& l, nb::handle, nb::handle, nb::handle) { l.Release(); },
+          nb::arg("exc_type").none(), nb::arg("exc").none(), nb::arg("tb").none());
+
+  nb::class_<PyWriteHandle>(
+      m, "WriteHandle",
+      R"(Slots reserved by Client.allocate(), invisible to lookups until commit().
+
+For each index in ``allocated``, fill ``handle[i]`` (a writable zero-copy view,
+uint8, block_bytes long, laid out as ``Layout.block_shape``) or call
+``write(i, data)``; then ``commit()`` publishes those blocks. Keys already
+cached come back EXISTS and keys after a refused one SKIPPED: nothing to write
+for them. Leaving the ``with`` block without commit() aborts, freeing the
+slots. commit() refuses (BufferError) while views of the slots are alive.)")
+      .def(
+          "__len__", [](const PyWriteHandle& w) { return w.core()->write().size(); },
+          "One entry per key given to allocate().")
+      .def_prop_ro(
+          "states",
+          [](const PyWriteHandle& w) {
+            std::vector<WireWriteState> out;
+            const client::WriteHandle& h = w.core()->write();
+            for (size_t i = 0; i < h.size(); ++i) out.push_back(h.state(i));
+            return out;
+          },
+          "The state of each key: ALLOCATED (to fill), EXISTS (cached already) or SKIPPED.")
+      .def_prop_ro(
+          "allocated",
+          [](const PyWriteHandle& w) {
+            std::vector<size_t> out;
+            const client::WriteHandle& h = w.core()->write();
+            for (size_t i = 0; i < h.size(); ++i) {
+              if (h.state(i) == WireWriteState::kAllocated) out.push_back(i);
+            }
+            return out;
+          },
+          "Indices of the keys whose slots this write fills.")
+      .def(
+          "__getitem__",
+          [](const PyWriteHandle& self, int64_t i) {
+            const std::shared_ptr<WriteCore>& core = self.core();
+            client::WriteHandle& h = core->write();
+            const size_t k = Index(i, h.size());
+            if (h.state(k) != WireWriteState::kAllocated) {
+              throw nb::value_error(("block " + std::to_string(k) +
+                                     " has no slot in this write (it is cached already or "
+                                     "was skipped)")
+                                        .c_str());
+            }
+            std::byte* host = nullptr;
+            if (core->client()->Peek([&](client::Client& c) { return c.mapped(h.tier()); })) {
+              host = h.Bytes(k).data();
+            }
+            const Place p = Locate(*core->client(), h.tier(), host, h.offset(k));
+            const size_t shape[1] = {static_cast<size_t>(
+                core->client()->Peek([](client::Client& c) { return c.block_bytes(); }))};
+            nb::capsule owner(new WriteViewToken(core),
+                              [](void* t) noexcept { delete static_cast<WriteViewToken*>(t); });
+            return Bytes1D(p.data, 1, shape, owner, nullptr, nb::dtype<uint8_t>(), p.device_type,
+                           p.device_id);
+          },
+          nb::arg("i"), "A writable zero-copy view (uint8, block_bytes long) of slot i.")
+      .def(
+          "write",
+          [](const PyWriteHandle& self, int64_t i,
+             nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> data) {
+            const std::shared_ptr<WriteCore>& core = self.core();
+            client::WriteHandle& h = core->write();
+            const size_t k = Index(i, h.size());
+            if (h.state(k) != WireWriteState::kAllocated ||
+                !core->client()->Peek([&](auto& c) { return c.mapped(h.tier()); })) {
+              throw nb::value_error(
+                  ("block " + std::to_string(k) + " has no host-addressable slot in this write")
+                      .c_str());
+            }
+            const std::span<std::byte> slot = h.Bytes(k);
+            if (data.nbytes() != slot.size()) {
+              Throw(InvalidArgumentError("write() takes exactly one block, " +
+                                         std::to_string(slot.size()) + " bytes, not " +
+                                         std::to_string(data.nbytes())));
+            }
+            const void* src = data.data();
+            nb::gil_scoped_release nogil;
+            std::memcpy(slot.data(), src, slot.size());
+          },
+          nb::arg("i"), nb::arg("data"),
+          "Copies one block's bytes (any C-contiguous CPU buffer of block_bytes bytes) into "
+          "slot i.")
+      .def_prop_ro(
+          "offsets",
+          [](const PyWriteHandle& w) {
+            const client::WriteHandle& h = w.core()->write();
+            std::vector<uint64_t> out;
+            for (size_t i = 0; i < h.size(); ++i) out.push_back(h.offset(i));
+            return out;
+          },
+          "Byte offset of each slot in its tier's arena (0 where not ALLOCATED).")
+      .def_prop_ro("tier", [](const PyWriteHandle& w) { return w.core()->write().tier(); })
+      .def_prop_ro("id", [](const PyWriteHandle& w) { return w.core()->write().id(); })
+      .def_prop_ro("open", &PyWriteHandle::open, "False once committed or aborted.")
+      .def("commit", &PyWriteHandle::Commit,
+           "Publishes the ALLOCATED blocks. The handle is closed whatever the outcome.")
+      .def("abort", &PyWriteHandle::Abort, "Frees the slots. The handle is closed.")
+      .def(
+          "__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
+      .def(
+          "__exit__",
+          [](PyWriteHandle& w, nb::handle, nb::handle, nb::handle) {
+            if (!w.open()) return;
+            try {
+              w.Abort();
+            } catch (const StatusError&) {
+              // The daemon frees an unfinished write when the session ends,
+              // and an error here would hide the one that ended the block.
+            }
+          },
+          nb::arg("exc_type").none(), nb::arg("exc").none(), nb::arg("tb").none());
+}
+
+}  // namespace kvtier::python

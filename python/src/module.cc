@@ -1,0 +1,445 @@
+// kvtier._kvtier: the Python binding of kvtier's C++ client library
+// (client/client.h). The protocol, the key hashing and the arena mapping are
+// the C++ client's; this file only converts between Python and C++, and
+// releases the GIL around every call that waits for the daemon.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/operators.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "core.h"
+#include "handles.h"
+
+namespace kvtier::python {
+namespace {
+
+using client::BlockKey;
+using client::TokenId;
+using client::WireTier;
+using client::WireWriteState;
+
+struct LookupResult {
+  std::vector<WireTier> tiers;  // one per leading hit
+};
+
+// What the C++ client checks before connecting, checked here first so that
+// an invalid argument the daemon answers at HELLO can only concern the
+// layout (kvtier.LayoutError).
+void CheckOptions(const client::ClientOptions& o) {
+  Status s = o.model.empty() ? InvalidArgumentError("model must not be empty") : Status::Ok();
+  for (const std::string* text : {&o.model, &o.salt, &o.client_name}) {
+    if (s.ok() && text->size() > protocol::kMaxStringBytes) {
+      s = InvalidArgumentError("model, salt and client_name are limited to " +
+                               std::to_string(protocol::kMaxStringBytes) + " bytes");
+    }
+  }
+  if (s.ok()) s = o.layout.Validate();
+  if (!s.ok()) Throw(s);
+}
+
+std::string DefaultSocket() {
+  const char* env = std::getenv("KVTIER_SOCKET");
+  return env != nullptr && *env != '\0' ? env : client::kDefaultSocketPath;
+}
+
+class PyClient {
+ public:
+  PyClient(std::string model, const Layout& layout, std::optional<std::string> socket,
+           std::string salt, std::string client_name, uint32_t timeout_ms, bool map_arenas,
+           uint32_t busy_poll_us) {
+    options_.socket_path = socket.value_or(DefaultSocket());
+    options_.model = std::move(model);
+    options_.salt = std::move(salt);
+    options_.layout = layout;
+    options_.client_name = std::move(client_name);
+    options_.io_timeout_ms = timeout_ms;
+    options_.map_arenas = map_arenas;
+    options_.busy_poll_us = busy_poll_us;
+    CheckOptions(options_);
+    Result<std::unique_ptr<client::Client>> c = [&] {
+      nb::gil_scoped_release nogil;
+      return client::Client::Connect(options_);
+    }();
+    if (!c.ok()) throw StatusError{c.status(), /*at_attach=*/true};
+    session_ = (*c)->session();
+    hasher_.emplace((*c)->hasher());
+    core_ = std::make_shared<ClientCore>(*std::move(c));
+  }
+
+  const std::shared_ptr<ClientCore>& core() const {
+    if (core_ == nullptr) Throw(FailedPreconditionError("the kvtier client is closed"));
+    return core_;
+  }
+  const client::ClientOptions& options() const { return options_; }
+  const protocol::HelloReply& session() const { return session_; }
+  const prefix_index::KeyHasher& hasher() const { return *hasher_; }
+  void Close() { core_.reset(); }
+  bool closed() const { return core_ == nullptr; }
+
+ private:
+  client::ClientOptions options_;
+  protocol::HelloReply session_;
+  std::optional<prefix_index::KeyHasher> hasher_;
+  std::shared_ptr<ClientCore> core_;
+};
+
+std::vector<TokenId> Tokens(const std::vector<int64_t>& ids) {
+  std::vector<TokenId> out;
+  out.reserve(ids.size());
+  for (int64_t t : ids) {
+    if (t < 0 || t > static_cast<int64_t>(UINT32_MAX)) {
+      throw nb::value_error(("token id " + std::to_string(t) + " is outside 0..2^32-1").c_str());
+    }
+    out.push_back(static_cast<TokenId>(t));
+  }
+  return out;
+}
+
+nb::list KeysToPython(const std::vector<BlockKey>& keys) {
+  nb::list out;
+  for (const BlockKey& k : keys) out.append(KeyToPython(k));
+  return out;
+}
+
+// "123" -> int, "0.25" -> float, anything else stays text.
+nb::object StatValue(const std::string& v) {
+  int64_t i = 0;
+  if (auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), i);
+      ec == std::errc() && p == v.data() + v.size() && !v.empty()) {
+    return nb::int_(i);
+  }
+  uint64_t u = 0;
+  if (auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), u);
+      ec == std::errc() && p == v.data() + v.size() && !v.empty()) {
+    return nb::steal(PyLong_FromUnsignedLongLong(u));
+  }
+  double d = 0;
+  if (auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), d);
+      ec == std::errc() && p == v.data() + v.size() && !v.empty()) {
+    return nb::float_(d);
+  }
+  return nb::str(v.c_str(), v.size());
+}
+
+std::string LayoutRepr(const Layout& l) {
+  return "Layout(layers=" + std::to_string(l.layers) + ", kv_heads=" + std::to_string(l.kv_heads) +
+         ", head_dim=" + std::to_string(l.head_dim) + ", dtype='" +
+         std::string(DTypeName(l.dtype)) + "', block_tokens=" + std::to_string(l.block_tokens) +
+         ")";
+}
+
+DType ParseDTypeOrThrow(const std::string& name) {
+  DType d{};
+  if (!ParseDType(name, &d)) {
+    throw nb::value_error(
+        ("unknown dtype '" + name + "' (fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)").c_str());
+  }
+  return d;
+}
+
+void BindLayout(nb::module_& m) {
+  nb::class_<Layout>(m, "Layout", R"(The block layout of a namespace (DESIGN.md §1).
+
+A block holds the K and V of ``block_tokens`` tokens for all layers, laid out
+``[layer][k|v][token][kv_head][head_dim]`` (``block_shape``), so it is
+``2 * layers * kv_heads * head_dim * block_tokens * dtype_bytes`` long.)")
+      .def(
+          "__init__",
+          [](Layout* self, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
+             const std::string& dtype, uint32_t block_tokens) {
+            new (self) Layout{layers, kv_heads, head_dim, ParseDTypeOrThrow(dtype), block_tokens};
+          },
+          nb::arg("layers"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("dtype") = "fp16",
+          nb::arg("block_tokens") = 16)
+      .def_rw("layers", &Layout::layers)
+      .def_rw("kv_heads", &Layout::kv_heads, "KV heads (fewer than query heads under GQA/MQA).")
+      .def_rw("head_dim", &Layout::head_dim)
+      .def_prop_rw(
+          "dtype", [](const Layout& l) { return std::string(DTypeName(l.dtype)); },
+          [](Layout& l, const std::string& d) { l.dtype = ParseDTypeOrThrow(d); },
+          "fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2.")
+      .def_rw("block_tokens", &Layout::block_tokens, "Tokens per block.")
+      .def_prop_ro("block_bytes", &Layout::BlockBytes)
+      .def_prop_ro("bytes_per_token", &Layout::BytesPerToken)
+      .def_prop_ro(
+          "block_shape",
+          [](const Layout& l) {
+            return nb::make_tuple(l.layers, 2, l.block_tokens, l.kv_heads, l.head_dim);
+          },
+          "(layers, 2, block_tokens, kv_heads, head_dim): a block's elements, K before V.")
+      .def(
+          "validate",
+          [](const Layout& l) {
+            if (Status s = l.Validate(); !s.ok()) Throw(s);
+          },
+          "Raises kvtier.InvalidArgumentError for a layout kvtierd would refuse.")
+      .def(nb::self == nb::self)
+      .def("__repr__", &LayoutRepr);
+}
+
+void BindEnums(nb::module_& m) {
+  nb::enum_<WireTier>(m, "Tier", "A tier of kvtierd, fastest first.")
+      .value("DEVICE", WireTier::kDevice, "GPU memory (or an emulated arena in host memory)")
+      .value("HOST", WireTier::kHost, "the shared host arena")
+      .value("SSD", WireTier::kSsd, "local disk");
+  nb::enum_<WireWriteState>(m, "WriteState", "What allocate() did with one key.")
+      .value("ALLOCATED", WireWriteState::kAllocated, "a slot to fill, published by commit()")
+      .value("EXISTS", WireWriteState::kExists, "cached already: nothing to write")
+      .value("SKIPPED", WireWriteState::kSkipped, "not stored (an earlier key was refused)");
+
+  nb::class_<LookupResult>(m, "LookupResult", "The cached prefix of a key chain.")
+      .def_prop_ro(
+          "hits", [](const LookupResult& r) { return r.tiers.size(); },
+          "Leading keys present: the cached prefix, in blocks.")
+      .def_ro("tiers", &LookupResult::tiers, "The tier of each hit, in key order.")
+      .def("__len__", [](const LookupResult& r) { return r.tiers.size(); })
+      .def("__repr__", [](const LookupResult& r) {
+        return "LookupResult(hits=" + std::to_string(r.tiers.size()) + ")";
+      });
+
+  nb::class_<protocol::RetentionRange>(m, "Retention",
+                                       R"(A retention priority for a token range of a prompt.
+
+TensorRT-LLM's semantics: priority 0-100, lower evicted first, 35 the default;
+after ``duration_ms`` (0 = never) the blocks fall back to 35.)")
+      .def(
+          "__init__",
+          [](protocol::RetentionRange* self, uint64_t begin, uint64_t end, uint8_t priority,
+             uint64_t duration_ms) {
+            new (self) protocol::RetentionRange{begin, end, priority, duration_ms};
+          },
+          nb::arg("token_begin"), nb::arg("token_end"), nb::arg("priority") = 35,
+          nb::arg("duration_ms") = 0)
+      .def_rw("token_begin", &protocol::RetentionRange::token_begin)
+      .def_rw("token_end", &protocol::RetentionRange::token_end, "exclusive")
+      .def_rw("priority", &protocol::RetentionRange::priority)
+      .def_rw("duration_ms", &protocol::RetentionRange::duration_ms);
+}
+
+std::vector<BlockKey> ChainKeys(const PyClient& self, const std::vector<TokenId>& tokens,
+                                const std::optional<nb::bytes>& parent) {
+  const BlockKey start = parent ? KeyFromPython(*parent) : self.hasher().root();
+  std::vector<BlockKey> keys;
+  self.hasher().AppendChain(start, tokens, {}, &keys);
+  return keys;
+}
+
+void BindClient(nb::module_& m) {
+  nb::class_<PyClient>(m, "Client", R"(One session with kvtierd, attached to one namespace.
+
+A namespace is (model, salt, layout): blocks of different namespaces never
+match, and kvtierd refuses a layout other than the one a namespace was first
+registered with (kvtier.LayoutError). The client maps the daemon's shared
+arenas, so blocks are read and written in place (Lease, WriteHandle); only
+slot numbers cross the socket. Every call that waits for the daemon releases
+the GIL. One client may be shared by threads (calls are serialized); for
+parallel requests use one client per thread.
+
+Use it as a context manager, or call close(). The session ends when the
+client is closed and no lease, write or view of a slot made through it is
+alive any more.)")
+      .def(nb::init<std::string, const Layout&, std::optional<std::string>, std::string,
+                    std::string, uint32_t, bool, uint32_t>(),
+           nb::arg("model"), nb::arg("layout"), nb::kw_only(), nb::arg("socket") = nb::none(),
+           nb::arg("salt") = "", nb::arg("client_name") = "python", nb::arg("timeout_ms") = 0,
+           nb::arg("map_arenas") = true, nb::arg("busy_poll_us") = 50,
+           R"(Connects to kvtierd and attaches to the namespace (model, salt, layout).
+
+socket: kvtierd's Unix socket; default $KVTIER_SOCKET, else /run/kvtier/kvtierd.sock.
+timeout_ms: longest wait for the daemon per request, 0 = forever.
+map_arenas: False for a client that only looks up, puts and gets inline.
+busy_poll_us: poll this long for a reply before sleeping (lower latency, more CPU).
+
+Raises kvtier.UnavailableError when the daemon cannot be reached,
+kvtier.LayoutError when it refuses the layout, kvtier.InvalidArgumentError
+for an invalid layout or an empty model.)")
+      .def_prop_ro("model", [](const PyClient& c) { return c.options().model; })
+      .def_prop_ro("salt", [](const PyClient& c) { return c.options().salt; })
+      .def_prop_ro("socket", [](const PyClient& c) { return c.options().socket_path; })
+      .def_prop_ro("layout", [](const PyClient& c) { return c.options().layout; })
+      .def_prop_ro(
+          "block_bytes", [](const PyClient& c) { return c.session().block_bytes; },
+          "Bytes of one block of this namespace.")
+      .def_prop_ro("block_tokens",
+                   [](const PyClient& c) { return c.options().layout.block_tokens; })
+      .def_prop_ro("session_id", [](const PyClient& c) { return c.session().session_id; })
+      .def_prop_ro(
+          "max_keys", [](const PyClient& c) { return c.session().max_keys; },
+          "Most keys one request may carry.")
+      .def_prop_ro(
+          "device",
+          [](const PyClient& c) -> std::string {
+            switch (c.session().device) {
+              case protocol::DeviceKind::kNone:
+                return "none";
+              case protocol::DeviceKind::kEmulated:
+                return "emulated";
+              case protocol::DeviceKind::kCuda:
+                return "cuda";
+            }
+            return "none";
+          },
+          "The daemon's device tier: 'none', 'emulated' (host memory) or 'cuda'.")
+      .def_prop_ro(
+          "healthy",
+          [](const PyClient& c) {
+            return !c.closed() && c.core()->Peek([](client::Client& cl) { return cl.healthy(); });
+          },
+          "False once closed, or once a socket error broke the session.")
+      .def(
+          "block_keys",
+          [](const PyClient& self, const std::vector<int64_t>& tokens,
+             const std::optional<nb::bytes>& parent) {
+            return KeysToPython(ChainKeys(self, Tokens(tokens), parent));
+          },
+          nb::arg("token_ids"), nb::arg("parent") = nb::none(),
+          R"(The chained keys of the full blocks of token_ids (a partial last block gets none).
+
+parent: the key of the block before token_ids[0], to continue a chain; None
+starts at the namespace root (a prompt's first block). Each key is 16 bytes;
+key.hex() is the C++ client's BlockKey::ToHex().)")
+      .def(
+          "block_keys",
+          [](const PyClient& self, nb::ndarray<const int64_t, nb::ndim<1>, nb::device::cpu> tokens,
+             const std::optional<nb::bytes>& parent) {
+            std::vector<int64_t> ids(tokens.shape(0));
+            for (size_t i = 0; i < ids.size(); ++i) ids[i] = tokens(i);
+            return KeysToPython(ChainKeys(self, Tokens(ids), parent));
+          },
+          nb::arg("token_ids"), nb::arg("parent") = nb::none(),
+          "The same for a 1-D int64 array or CPU tensor of token ids.")
+      .def(
+          "lookup",
+          [](PyClient& self, nb::handle keys) {
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            return LookupResult{ValueOrThrow(self.core()->Call([&](client::Client& c) {
+                                  return c.Lookup(k);
+                                })).tiers};
+          },
+          nb::arg("keys"),
+          "How many leading keys are cached, and in which tier each (no pin, no move).")
+      .def(
+          "allocate",
+          [](PyClient& self, nb::handle keys, WireTier tier, std::optional<nb::bytes> parent) {
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            std::optional<BlockKey> p;
+            if (parent) p = KeyFromPython(*parent);
+            const std::shared_ptr<ClientCore>& core = self.core();
+            client::WriteHandle w =
+                ValueOrThrow(core->Call([&](client::Client& c) { return c.Allocate(k, p, tier); }));
+            return PyWriteHandle(std::make_shared<WriteCore>(core, std::move(w)));
+          },
+          nb::arg("keys"), nb::arg("tier") = WireTier::kHost, nb::arg("parent") = nb::none(),
+          R"(Reserves slots for the keys in a tier (HOST, or DEVICE when the daemon has one).
+
+parent: the key before keys[0] (None when keys[0] is a prompt's first block).
+Returns a WriteHandle; fill its ALLOCATED slots, then commit(). Raises
+kvtier.ResourceExhaustedError when the tier has no room (every block pinned or
+reserved) or the session's limit of open writes is reached.)")
+      .def(
+          "acquire",
+          [](PyClient& self, nb::handle keys, WireTier tier) {
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            const std::shared_ptr<ClientCore>& core = self.core();
+            client::ReadLease l =
+                ValueOrThrow(core->Call([&](client::Client& c) { return c.Acquire(k, tier); }));
+            return PyLease(std::make_shared<LeaseCore>(core, std::move(l)));
+          },
+          nb::arg("keys"), nb::arg("tier") = WireTier::kHost,
+          R"(Pins the leading cached blocks of the keys in a tier (HOST or DEVICE), promoting
+them there from lower tiers (the SSD included). Returns a Lease over the hits;
+len(lease) is 0 when the first key is not cached.)")
+      .def(
+          "put",
+          [](PyClient& self, nb::handle keys,
+             nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> data,
+             std::optional<nb::bytes> parent) {
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            std::optional<BlockKey> p;
+            if (parent) p = KeyFromPython(*parent);
+            const std::span<const std::byte> bytes(static_cast<const std::byte*>(data.data()),
+                                                   data.nbytes());
+            return ValueOrThrow(self.core()->Call(
+                                    [&](client::Client& c) { return c.PutInline(k, bytes, p); }))
+                .states;
+          },
+          nb::arg("keys"), nb::arg("data"), nb::arg("parent") = nb::none(),
+          "Writes len(keys) blocks through the socket (a copy; for clients that cannot map the "
+          "arenas). data: len(keys) * block_bytes bytes.")
+      .def(
+          "get",
+          [](PyClient& self, nb::handle keys) {
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            protocol::GetReply reply =
+                ValueOrThrow(self.core()->Call([&](client::Client& c) { return c.GetInline(k); }));
+            return nb::bytes(reinterpret_cast<const char*>(reply.data.data()), reply.data.size());
+          },
+          nb::arg("keys"),
+          "The leading cached blocks' bytes through the socket (a copy): hits * block_bytes.")
+      .def(
+          "remove",
+          [](PyClient& self, nb::handle keys) {
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            return ValueOrThrow(self.core()->Call([&](client::Client& c) { return c.Remove(k); }));
+          },
+          nb::arg("keys"), "Removes the keys and what hangs below them; returns how many went.")
+      .def(
+          "set_retention",
+          [](PyClient& self, nb::handle keys, const std::vector<protocol::RetentionRange>& ranges) {
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            return ValueOrThrow(
+                self.core()->Call([&](client::Client& c) { return c.SetRetention(k, ranges); }));
+          },
+          nb::arg("keys"), nb::arg("ranges"),
+          R"(Sets retention priorities for token ranges of the prompt whose chain is keys.
+
+A block takes the highest priority of the ranges overlapping it. Returns how
+many cached blocks were updated.)")
+      .def(
+          "stats",
+          [](PyClient& self) {
+            auto entries =
+                ValueOrThrow(self.core()->Call([](client::Client& c) { return c.Stats(); }));
+            nb::dict out;
+            for (const auto& [name, value] : entries) out[name.c_str()] = StatValue(value);
+            return out;
+          },
+          "The daemon's counters and settings (as `kvtier stats --json`): name -> int, float or "
+          "str.")
+      .def("close", &PyClient::Close,
+           "Closes the client; the session ends once no lease, write or view made through it is "
+           "alive. Idempotent.")
+      .def_prop_ro("closed", &PyClient::closed)
+      .def(
+          "__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
+      .def(
+          "__exit__", [](PyClient& c, nb::handle, nb::handle, nb::handle) { c.Close(); },
+          nb::arg("exc_type").none(), nb::arg("exc").none(), nb::arg("tb").none())
+      .def("__repr__", [](const PyClient& c) {
+        return "Client(model='" + c.options().model +
+               "', layout=" + LayoutRepr(c.options().layout) + ", socket='" +
+               c.options().socket_path + "'" + (c.closed() ? ", closed" : "") + ")";
+      });
+}
+
+}  // namespace
+}  // namespace kvtier::python
+
+NB_MODULE(_kvtier, m) {
+  using namespace kvtier::python;
+  m.doc() = "kvtier's client library (C++), bound for Python. Use the kvtier package.";
+  RegisterErrors();
+  BindLayout(m);
+  BindEnums(m);
+  BindHandles(m);
+  BindClient(m);
+  m.attr("DEFAULT_SOCKET") = kvtier::client::kDefaultSocketPath;
+}

@@ -1,0 +1,338 @@
+"""The binding against the real kvtierd: keys, zero-copy slots, errors, lifetimes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket as pysocket
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import kvtier
+
+from conftest import KVTIER_CLI, run_python
+
+LAYOUT = kvtier.Layout(layers=2, kv_heads=2, head_dim=16, dtype="fp32", block_tokens=16)
+
+
+def client(d, model: str = "test-model", layout: kvtier.Layout = LAYOUT, **kw) -> kvtier.Client:
+    return kvtier.Client(model, layout, socket=d.socket, **kw)
+
+
+def fill(c: kvtier.Client, keys, value_of=lambda i: i + 1, parent=None) -> None:
+    with c.allocate(keys, parent=parent) as w:
+        for i in w.allocated:
+            np.asarray(w[i])[:] = value_of(i)
+        w.commit()
+
+
+def wait_for(predicate, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+# ---- keys ------------------------------------------------------------------
+
+
+def test_block_keys_equal_the_cpp_clients(daemon):
+    tokens = [(i * 7919) % 50000 for i in range(16 * 5 + 3)]
+    with client(daemon, salt="tenant-a") as c:
+        keys = c.block_keys(tokens)
+        assert len(keys) == 5  # the partial last block gets no key
+        assert all(isinstance(k, bytes) and len(k) == 16 for k in keys)
+        cli = subprocess.run(
+            [str(KVTIER_CLI), "lookup", "--json", "--socket", daemon.socket, "--model",
+             "test-model", "--salt", "tenant-a", "--layers", "2", "--kv-heads", "2", "--head-dim",
+             "16", "--dtype", "fp32", "--block-tokens", "16", "--tokens",
+             ",".join(map(str, tokens))],
+            capture_output=True, text=True, check=True)
+        assert [k.hex() for k in keys] == json.loads(cli.stdout)["keys"]
+        # A chain continued from a parent is the same chain.
+        assert c.block_keys(tokens[32:], parent=keys[1]) == keys[2:]
+        # Token ids as an int64 tensor or array give the same keys.
+        assert c.block_keys(torch.tensor(tokens)) == keys
+        assert c.block_keys(np.array(tokens, dtype=np.int64)) == keys
+        with pytest.raises(ValueError):
+            c.block_keys([-1] * 16)
+    with client(daemon, salt="tenant-b") as other:
+        assert other.block_keys(tokens)[0] != keys[0]  # the salt is in the secret
+
+
+# ---- zero copy ---------------------------------------------------------------
+
+
+def test_slots_are_the_arena_itself(daemon):
+    with client(daemon) as a, client(daemon) as b:
+        keys = a.block_keys(list(range(64)))
+        fill(a, keys, lambda i: 10 + i)
+        assert a.lookup(keys).hits == 4
+        with b.acquire(keys) as lease_b:
+            assert len(lease_b) == 4
+            seen_by_b = np.asarray(lease_b[2])
+            assert seen_by_b.nbytes == b.block_bytes and not seen_by_b.flags.writeable
+            assert (seen_by_b == 12).all()
+            # The same view through DLPack: torch sees the very same memory.
+            t = torch.from_dlpack(lease_b[2])
+            assert t.data_ptr() == seen_by_b.ctypes.data
+            # Another process's view of the same slot: what one writes the
+            # other reads, with nothing crossing the socket. (Writing into a
+            # leased block is what no worker may do; torch ignores the view's
+            # read-only flag, which makes the sharing visible.)
+            with a.acquire(keys) as lease_a:
+                torch.from_dlpack(lease_a[2]).fill_(99)
+            assert (seen_by_b == 99).all()
+            del t, seen_by_b
+        assert a.remove(keys) >= 1  # the chain's root; the rest hangs below it
+        assert a.lookup(keys).hits == 0
+
+
+def test_inline_put_and_get_copy_through_the_socket(daemon):
+    with client(daemon) as c:
+        keys = c.block_keys(list(range(100, 148)))
+        data = np.arange(3 * c.block_bytes, dtype=np.uint32).astype(np.uint8)
+        assert c.put(keys, data) == [kvtier.WriteState.ALLOCATED] * 3
+        assert c.get(keys) == data.tobytes()
+        assert c.put(keys, data) == [kvtier.WriteState.EXISTS] * 3
+        with pytest.raises(kvtier.InvalidArgumentError):
+            c.put(keys, data[:-1])
+
+
+def test_write_handle_states_parent_and_copy_in(daemon):
+    with client(daemon) as c:
+        keys = c.block_keys(list(range(200, 264)))
+        fill(c, keys[:2])
+        with c.allocate(keys[1:], parent=keys[0]) as w:
+            assert w.states == [kvtier.WriteState.EXISTS] + [kvtier.WriteState.ALLOCATED] * 2
+            assert w.allocated == [1, 2]
+            with pytest.raises(ValueError):
+                w[0]  # cached already: no slot
+            payload = bytes([7]) * c.block_bytes
+            w.write(1, payload)
+            w.write(2, np.full(c.block_bytes // 4, 7, dtype=np.int32).view(np.uint8))
+            with pytest.raises(kvtier.InvalidArgumentError):
+                w.write(1, payload[:-1])
+            w.commit()
+            assert not w.open
+        with c.acquire(keys) as lease:
+            assert len(lease) == 4
+            assert bytes(np.asarray(lease[2])) == bytes([7]) * c.block_bytes
+            assert (np.asarray(lease[3]).view(np.int32) == 7).all()
+
+
+def test_a_write_never_published_leaves_nothing(daemon):
+    with client(daemon) as c:
+        keys = c.block_keys(list(range(300, 332)))
+        with c.allocate(keys) as w:
+            np.asarray(w[0])[:] = 1
+        assert not w.open  # leaving the block aborted it
+        assert c.lookup(keys).hits == 0
+        assert c.stats()["open_allocations"] == 0
+
+
+def test_commit_refuses_while_views_of_the_slots_live(daemon):
+    with client(daemon) as c:
+        keys = c.block_keys(list(range(400, 416)))
+        with c.allocate(keys) as w:
+            view = np.asarray(w[0])
+            view[:] = 3
+            with pytest.raises(BufferError):
+                w.commit()
+            assert w.open
+            del view
+            w.commit()
+        assert c.lookup(keys).hits == 1
+
+
+def test_a_lease_stays_pinned_while_a_view_lives(daemon):
+    with client(daemon) as c:
+        keys = c.block_keys(list(range(500, 532)))
+        fill(c, keys)
+        with c.acquire(keys) as lease:
+            view = torch.from_dlpack(lease[0])
+        assert not lease.held
+        with pytest.raises(kvtier.FailedPreconditionError):
+            lease[0]
+        assert c.stats()["open_leases"] == 1  # the view still reads the block
+        del view
+        assert c.stats()["open_leases"] == 0
+
+
+def test_no_lease_leaks_over_ten_thousand_cycles(daemon):
+    with client(daemon) as c:
+        keys = c.block_keys(list(range(600, 664)))
+        fill(c, keys)
+        before = c.stats()
+        total = 0
+        for i in range(10_000):
+            with c.acquire(keys) as lease:
+                total += int(np.asarray(lease[i % 4])[0])
+        after = c.stats()
+        assert total == 10_000 * 2.5
+        assert after["open_leases"] == 0
+        assert after["acquired_blocks"] - before["acquired_blocks"] == 40_000
+
+
+def test_retention_and_stats(daemon):
+    with client(daemon) as c:
+        keys = c.block_keys(list(range(700, 764)))
+        fill(c, keys)
+        updated = c.set_retention(keys, [kvtier.Retention(0, 64, priority=90, duration_ms=60_000)])
+        assert updated == 4
+        stats = c.stats()
+        assert isinstance(stats["tier.host.capacity_bytes"], int)
+        assert stats["tier.host.capacity_bytes"] == 64 << 20
+        assert isinstance(stats["version"], str)
+
+
+def test_emulated_device_tier_slots(start_daemon):
+    d = start_daemon("--device", "emulated", "--device-capacity", "8MiB")
+    with client(d) as c:
+        assert c.device == "emulated"
+        keys = c.block_keys(list(range(800, 832)))
+        with c.allocate(keys, kvtier.Tier.DEVICE) as w:
+            assert w.tier == kvtier.Tier.DEVICE
+            for i in w.allocated:
+                np.asarray(w[i])[:] = 5
+            w.commit()
+        assert c.lookup(keys).tiers == [kvtier.Tier.DEVICE] * 2
+        with c.acquire(keys, kvtier.Tier.HOST) as lease:  # demoted copy in host
+            assert lease.tier == kvtier.Tier.HOST
+            assert (np.asarray(lease[1]) == 5).all()
+
+
+def test_gpu_slots_are_cuda_tensors(start_daemon):
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU: the device tier's CUDA IPC views need one")
+    d = start_daemon("--device", "cuda", "--device-capacity", "64MiB")
+    with client(d) as c:
+        assert c.device == "cuda"
+        keys = c.block_keys(list(range(900, 932)))
+        with c.allocate(keys, kvtier.Tier.DEVICE) as w:
+            for i in w.allocated:
+                slot = torch.from_dlpack(w[i])
+                assert slot.is_cuda
+                slot.fill_(i + 1)
+                del slot
+            w.commit()
+        with c.acquire(keys, kvtier.Tier.DEVICE) as lease:
+            assert torch.from_dlpack(lease[1]).cpu().eq(2).all()
+
+
+# ---- errors -------------------------------------------------------------------
+
+
+def test_no_daemon_is_unavailable(tmp_path):
+    with pytest.raises(kvtier.UnavailableError) as e:
+        kvtier.Client("m", LAYOUT, socket=str(tmp_path / "none.sock"))
+    assert isinstance(e.value, ConnectionError)
+    assert e.value.code == 6 and "none.sock" in e.value.message
+
+
+def test_a_daemon_that_goes_away_is_unavailable(start_daemon):
+    d = start_daemon()
+    c = client(d)
+    keys = c.block_keys(list(range(32)))
+    assert c.lookup(keys).hits == 0
+    d.stop()
+    with pytest.raises(kvtier.UnavailableError):
+        c.lookup(keys)
+    assert not c.healthy
+    c.close()
+
+
+def test_a_full_tier_is_resource_exhausted(start_daemon):
+    d = start_daemon("--host-capacity", "1MiB", "--host-slab", "256KiB")
+    big = kvtier.Layout(layers=4, kv_heads=4, head_dim=64, dtype="fp16", block_tokens=16)  # 64 KiB
+    with client(d, layout=big) as c:
+        keys = c.block_keys(list(range(16 * 16)))
+        fill(c, keys)  # 16 blocks fill the tier
+        with c.acquire(keys) as lease:
+            assert len(lease) == 16  # all pinned: nothing can be evicted
+            with pytest.raises(kvtier.ResourceExhaustedError) as e:
+                c.allocate(c.block_keys(list(range(10_000, 10_016))))
+            assert e.value.code == 3
+        # Unpinned, the tier makes room again.
+        fill(c, c.block_keys(list(range(10_000, 10_016))))
+
+
+def test_a_wrong_layout_is_a_layout_error(daemon):
+    with client(daemon, model="shared-model"):
+        other = kvtier.Layout(layers=2, kv_heads=2, head_dim=16, dtype="bf16", block_tokens=16)
+        with pytest.raises(kvtier.LayoutError) as e:
+            client(daemon, model="shared-model", layout=other)
+        assert isinstance(e.value, kvtier.InvalidArgumentError)
+        assert "layout" in e.value.message
+    with pytest.raises(kvtier.InvalidArgumentError) as e:
+        kvtier.Client("m", kvtier.Layout(0, 2, 16), socket=daemon.socket)
+    assert not isinstance(e.value, kvtier.LayoutError)
+
+
+def test_bad_keys_and_closed_objects(daemon):
+    c = client(daemon)
+    with pytest.raises(ValueError):
+        c.lookup([b"short"])
+    with pytest.raises(TypeError):
+        c.lookup(b"0123456789abcdef")
+    c.close()
+    assert c.closed
+    with pytest.raises(kvtier.FailedPreconditionError):
+        c.lookup([])
+
+
+def test_a_worker_killed_mid_write_leaves_nothing_behind(daemon):
+    code = """
+import os, signal, sys, numpy as np, kvtier
+c = kvtier.Client("test-model", kvtier.Layout(2, 2, 16, "fp32", 16), socket=sys.argv[1])
+keys = c.block_keys(list(range(5000, 5064)))
+w = c.allocate(keys)
+np.asarray(w[0])[:] = 1
+np.asarray(w[1])[: c.block_bytes // 2] = 2   # half a block written
+print("writing", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    r = run_python(code, daemon.socket)
+    assert r.returncode == -9 and "writing" in r.stdout, r.stderr
+    with client(daemon) as c:
+        keys = c.block_keys(list(range(5000, 5064)))
+        assert wait_for(lambda: c.stats()["open_allocations"] == 0)
+        assert c.stats()["pending_blocks"] == 0
+        assert c.lookup(keys).hits == 0
+        with c.allocate(keys) as w:
+            assert w.allocated == [0, 1, 2, 3]  # the slots are free to take again
+
+
+def test_blocking_calls_release_the_gil(tmp_path):
+    # A "daemon" that accepts and never answers: the HELLO waits for the
+    # timeout, and meanwhile this thread must keep running Python.
+    path = str(tmp_path / "silent.sock")
+    server = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    failed = []
+
+    def attach() -> None:
+        try:
+            kvtier.Client("m", LAYOUT, socket=path, timeout_ms=1500)
+        except kvtier.Error as e:
+            failed.append(e)
+
+    t = threading.Thread(target=attach)
+    t.start()
+    conn, _ = server.accept()
+    steps = 0
+    while t.is_alive():
+        steps += 1
+    t.join()
+    conn.close()
+    server.close()
+    assert len(failed) == 1 and isinstance(failed[0], kvtier.UnavailableError)
+    assert steps > 10_000  # Python ran while the call waited

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Creates (or updates) the project's Python environment and installs the
+# kvtier package into it from this checkout:
+#   - a virtual environment at ${KVTIER_VENV:-.venv}, made by python3 (Debian's
+#     python3-venv; scripts/install-deps.sh installs it);
+#   - every package of python/requirements.txt, pinned (torch==2.13.0 is the
+#     CPU build);
+#   - kvtier itself: pip install ./python, built against the pinned
+#     scikit-build-core and nanobind of that environment (no build isolation,
+#     so nothing unpinned is fetched).
+# Idempotent: a second run installs only what changed.
+#
+#   scripts/python-env.sh            # then: .venv/bin/python -c "import kvtier"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=${KVTIER_VENV:-.venv}
+python=${PYTHON:-python3}
+if [ ! -x "$venv/bin/python" ]; then
+  echo "python-env.sh: creating $venv with $($python --version)"
+  "$python" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+# A requirements file that did not change installs nothing; remember its hash.
+stamp="$venv/.kvtier-requirements.sha256"
+want=$(sha256sum python/requirements.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  "${pip[@]}" install -q -r python/requirements.txt
+  echo "$want" >"$stamp"
+fi
+"${pip[@]}" install -q --no-build-isolation --no-deps ./python
+"$venv/bin/python" -c "import kvtier, kvtier.hf; print('python-env.sh: kvtier', kvtier.__version__, 'in $venv')"
