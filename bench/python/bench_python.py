@@ -162,8 +162,8 @@ def bench_ttft(sock: str, rounds: int, context: int) -> dict:
     with kvtier.hf.PrefixCache(model, model_id="kvtier-bench/llama-25m", socket=sock) as cache:
         with torch.no_grad():  # the prefix, once: cached in kvtierd and in-process
             out = model(prefix, use_cache=True)
-            cache.store(prefix[0], out.past_key_values)
-        kept: DynamicCache = out.past_key_values
+            cache.store(prefix[0], out.cache)
+        kept: DynamicCache = out.cache
         for r in range(rounds):
             legs = ["recompute", "in_process", "kvtier"]
             for leg in legs[r % 3:] + legs[: r % 3]:

@@ -17,7 +17,7 @@ loads its K and V for every layer into a fresh ``DynamicCache``, lets
 new full blocks. The same steps by hand, for a forward loop of your own::
 
     past, cached = cache.load(input_ids)             # cached < len(prompt)
-    out = model(input_ids[:, cached:], past_key_values=past, use_cache=True)
+    out = model(input_ids[:, cached:], cache=past, use_cache=True)   # past_key_values= before 5.x
     cache.store(input_ids, past)
 
 The namespace is the model id, dtype and layout (layers, KV heads, head
@@ -147,30 +147,38 @@ class PrefixCache:
         keys = self.client.block_keys(tokens)
         if not keys or usable == 0:
             return cache, 0
+        lo = self.layout
+        device = self.model.device
         with self.client.acquire(keys, self.tier) as lease:
             blocks = len(lease)
             if blocks == 0:
                 return cache, 0
-            lo = self.layout
-            device = self.model.device
-            # [layer, k|v, kv_head, block, token, head_dim]: per layer, K and V
-            # are then [kv_head, blocks * block_tokens, head_dim] without a copy.
-            dst = torch.empty(
-                (lo.layers, 2, lo.kv_heads, blocks, lo.block_tokens, lo.head_dim),
+            # [layer, k|v, kv_head, token, head_dim]: per layer, K and V are
+            # then [kv_head, tokens, head_dim] views, as DynamicCache keeps them.
+            seq = torch.empty(
+                (lo.layers, 2, lo.kv_heads, blocks * lo.block_tokens, lo.head_dim),
                 dtype=self._dtype,
                 device=device,
             )
-            for i in range(blocks):
-                src = torch.from_dlpack(lease[i]).view(self._dtype).view(lo.block_shape)
-                # One copy per block: [layer, k|v, token, head, dim] -> [.., head, token, dim].
-                dst[:, :, :, i].copy_(src.permute(0, 1, 3, 2, 4))
-                del src
+            if device.type == "cpu" and self.tier == Tier.HOST:
+                # One pass over each block, in C++, without the GIL.
+                lease.copy_into([seq[i, 0] for i in range(lo.layers)],
+                                [seq[i, 1] for i in range(lo.layers)])
+            else:
+                # A GPU model or GPU slots: one torch copy per block (DLPack views).
+                by_block = seq.view(lo.layers, 2, lo.kv_heads, blocks, lo.block_tokens, lo.head_dim)
+                for i in range(blocks):
+                    src = torch.from_dlpack(lease[i]).view(self._dtype).view(lo.block_shape)
+                    by_block[:, :, :, i].copy_(src.permute(0, 1, 3, 2, 4))
+                    del src
         n = min(blocks * lo.block_tokens, usable)
-        seq = dst.view(lo.layers, 2, lo.kv_heads, blocks * lo.block_tokens, lo.head_dim)
         for layer in range(lo.layers):
-            cache.update(
-                seq[layer, 0, :, :n].unsqueeze(0), seq[layer, 1, :, :n].unsqueeze(0), layer
-            )
+            k = seq[layer, 0, :, :n].unsqueeze(0)
+            v = seq[layer, 1, :, :n].unsqueeze(0)
+            # update() with nothing initializes the layer; then it takes the
+            # tensors as they are (update() would copy them once more).
+            cache.update(k[:, :, :0], v[:, :, :0], layer)
+            cache.layers[layer].keys, cache.layers[layer].values = k, v
         return cache, n
 
     # ---- writing ----------------------------------------------------------
@@ -200,23 +208,26 @@ class PrefixCache:
         except ResourceExhaustedError:
             return 0
         with write:
-            # Per block, the 2 x layers [token, head, dim] slices, in block order.
-            parts = []
+            ks, vs = [], []
             for layer in layers:
                 if not hasattr(layer, "keys") or getattr(layer, "is_sliding", False):
                     raise ValueError("kvtier.hf stores full-attention DynamicCache layers only")
-                parts.append(layer.keys[0])
-                parts.append(layer.values[0])
-            written = 0
-            shape = (2 * lo.layers, lo.block_tokens, lo.kv_heads, lo.head_dim)
-            for i in write.allocated:
-                b = start + i
-                span = slice(b * lo.block_tokens, (b + 1) * lo.block_tokens)
-                slot = torch.from_dlpack(write[i]).view(self._dtype).view(shape)
-                # One copy per block, straight into the slot.
-                torch.stack([p[:, span].transpose(0, 1) for p in parts], out=slot)
-                del slot
-                written += 1
+                ks.append(layer.keys[0])
+                vs.append(layer.values[0])
+            written = len(write.allocated)
+            if ks[0].device.type == "cpu" and self.tier == Tier.HOST:
+                # One pass over each block, in C++, without the GIL.
+                write.copy_from(ks, vs, first_block=start)
+            else:
+                # Per block, the 2 x layers [token, head, dim] slices, stacked
+                # straight into the slot: one copy per block.
+                parts = [t for kv in zip(ks, vs) for t in kv]
+                shape = (2 * lo.layers, lo.block_tokens, lo.kv_heads, lo.head_dim)
+                for i in write.allocated:
+                    span = slice((start + i) * lo.block_tokens, (start + i + 1) * lo.block_tokens)
+                    slot = torch.from_dlpack(write[i]).view(self._dtype).view(shape)
+                    torch.stack([p[:, span].transpose(0, 1) for p in parts], out=slot)
+                    del slot
             write.commit()
         return written
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "sequence_copy.h"
+
 namespace kvtier::python {
 
 using client::WireTier;
@@ -59,6 +61,37 @@ struct WriteViewToken {
   ~WriteViewToken() { --core->views; }
   std::shared_ptr<WriteCore> core;
 };
+
+// Per-layer K or V tensors ([kv_heads, seq, head_dim], or with a leading
+// batch of 1) as SequenceTensors, checked against the layout: CPU memory,
+// the dtype's width, head_dim contiguous, seq long enough for `tokens`.
+using AnyCpuTensor = nb::ndarray<nb::device::cpu>;
+std::vector<SequenceTensor> SequenceTensors(const std::vector<AnyCpuTensor>& layers,
+                                            const Layout& lo, int64_t tokens, const char* what) {
+  if (layers.size() != lo.layers) {
+    Throw(InvalidArgumentError(std::string(what) + ": " + std::to_string(layers.size()) +
+                               " tensors for " + std::to_string(lo.layers) + " layers"));
+  }
+  std::vector<SequenceTensor> out;
+  for (const AnyCpuTensor& t : layers) {
+    const size_t nd = t.ndim();
+    const bool shaped = (nd == 3 || (nd == 4 && t.shape(0) == 1)) &&
+                        t.shape(nd - 3) == lo.kv_heads && t.shape(nd - 1) == lo.head_dim;
+    if (!shaped || t.stride(nd - 1) != 1 || t.dtype().bits != 8 * DTypeBytes(lo.dtype)) {
+      Throw(InvalidArgumentError(std::string(what) + ": each must be a CPU tensor [1,] " +
+                                 std::to_string(lo.kv_heads) + " x seq x " +
+                                 std::to_string(lo.head_dim) + " of " +
+                                 std::string(DTypeName(lo.dtype)) + ", head_dim contiguous"));
+    }
+    if (static_cast<int64_t>(t.shape(nd - 2)) < tokens) {
+      Throw(InvalidArgumentError(std::string(what) + ": " + std::to_string(t.shape(nd - 2)) +
+                                 " positions, the blocks need " + std::to_string(tokens)));
+    }
+    out.push_back({static_cast<std::byte*>(t.data()), t.stride(nd - 3), t.stride(nd - 2),
+                   static_cast<int64_t>(t.shape(nd - 2))});
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -183,6 +216,37 @@ block's bytes.)")
           nb::arg("stride_bytes") = 4096,
           "The blocks as a kernel's block table: offset / stride_bytes each (kernels/ address "
           "slot k at arena + k * stride).")
+      .def(
+          "copy_into",
+          [](const PyLease& self, const std::vector<AnyCpuTensor>& keys,
+             const std::vector<AnyCpuTensor>& values, int64_t first_block) {
+            const std::shared_ptr<LeaseCore>& core = self.core();
+            const client::ReadLease& l = core->lease();
+            const Layout lo = core->client()->Peek([&](client::Client& c) {
+              if (!c.mapped(l.tier())) {
+                Throw(FailedPreconditionError("copy_into reads host-addressable blocks only"));
+              }
+              return c.options().layout;
+            });
+            const int64_t end = (first_block + static_cast<int64_t>(l.size())) * lo.block_tokens;
+            if (first_block < 0) Throw(InvalidArgumentError("first_block is negative"));
+            const auto k = SequenceTensors(keys, lo, end, "keys");
+            const auto v = SequenceTensors(values, lo, end, "values");
+            std::vector<BlockAt> blocks;
+            for (size_t i = 0; i < l.size(); ++i) {
+              blocks.push_back({const_cast<std::byte*>(l.Bytes(i).data()),
+                                first_block + static_cast<int64_t>(i)});
+            }
+            nb::gil_scoped_release nogil;
+            CopySequence(lo, blocks, k, v, CopyDirection::kBlocksToSequence);
+          },
+          nb::arg("keys"), nb::arg("values"), nb::arg("first_block") = 0,
+          R"(Copies every leased block into per-layer K and V tensors, one pass per block.
+
+keys, values: one CPU tensor per layer, [kv_heads, seq, head_dim] or
+[1, kv_heads, seq, head_dim] (a DynamicCache layer's), of the layout's dtype,
+head_dim contiguous. Leased block i lands at sequence positions
+(first_block + i) * block_tokens onward. Runs without the GIL.)")
       .def("release", &PyLease::Release,
            "Unpins the blocks (once no view of them is alive). Idempotent.")
       .def(
@@ -275,6 +339,37 @@ slots. commit() refuses (BufferError) while views of the slots are alive.)")
           nb::arg("i"), nb::arg("data"),
           "Copies one block's bytes (any C-contiguous CPU buffer of block_bytes bytes) into "
           "slot i.")
+      .def(
+          "copy_from",
+          [](const PyWriteHandle& self, const std::vector<AnyCpuTensor>& keys,
+             const std::vector<AnyCpuTensor>& values, int64_t first_block) {
+            const std::shared_ptr<WriteCore>& core = self.core();
+            client::WriteHandle& h = core->write();
+            const Layout lo = core->client()->Peek([&](client::Client& c) {
+              if (!c.mapped(h.tier())) {
+                Throw(FailedPreconditionError("copy_from writes host-addressable slots only"));
+              }
+              return c.options().layout;
+            });
+            if (first_block < 0) Throw(InvalidArgumentError("first_block is negative"));
+            std::vector<BlockAt> blocks;
+            int64_t end = 0;
+            for (size_t i = 0; i < h.size(); ++i) {
+              if (h.state(i) != WireWriteState::kAllocated) continue;
+              blocks.push_back({h.Bytes(i).data(), first_block + static_cast<int64_t>(i)});
+              end = (first_block + static_cast<int64_t>(i) + 1) * lo.block_tokens;
+            }
+            const auto k = SequenceTensors(keys, lo, end, "keys");
+            const auto v = SequenceTensors(values, lo, end, "values");
+            nb::gil_scoped_release nogil;
+            CopySequence(lo, blocks, k, v, CopyDirection::kSequenceToBlocks);
+          },
+          nb::arg("keys"), nb::arg("values"), nb::arg("first_block") = 0,
+          R"(Fills every ALLOCATED slot from per-layer K and V tensors, one pass per block.
+
+keys, values: as for Lease.copy_into. Slot i takes the tokens of sequence
+block first_block + i (the keys given to allocate() being that sequence's
+blocks from first_block on). Runs without the GIL.)")
       .def_prop_ro(
           "offsets",
           [](const PyWriteHandle& w) {

@@ -336,3 +336,45 @@ def test_blocking_calls_release_the_gil(tmp_path):
     server.close()
     assert len(failed) == 1 and isinstance(failed[0], kvtier.UnavailableError)
     assert steps > 10_000  # Python ran while the call waited
+
+
+# ---- sequence copies ----------------------------------------------------------
+
+
+def test_copy_from_and_into_per_layer_tensors(daemon):
+    layout = kvtier.Layout(layers=3, kv_heads=2, head_dim=8, dtype="bf16", block_tokens=4)
+    lo = layout
+    with client(daemon, model="seq-copy", layout=layout) as c:
+        tokens = list(range(4 * 5))  # 5 blocks
+        keys = c.block_keys(tokens)
+        g = torch.Generator().manual_seed(0)
+        ks = [torch.randn(1, lo.kv_heads, 20, lo.head_dim, generator=g).bfloat16() for _ in range(3)]
+        vs = [torch.randn(1, lo.kv_heads, 20, lo.head_dim, generator=g).bfloat16() for _ in range(3)]
+        fill(c, keys[:2])  # blocks 0 and 1 exist: the write fills blocks 2..4
+        with c.allocate(keys[2:], parent=keys[1]) as w:
+            w.copy_from(ks, vs, first_block=2)
+            w.commit()
+        with c.acquire(keys) as lease:
+            assert len(lease) == 5
+            for b in range(2, 5):
+                block = torch.from_dlpack(lease[b]).view(torch.bfloat16).view(lo.block_shape)
+                for layer in range(3):
+                    span = slice(4 * b, 4 * b + 4)
+                    # [token, head, dim] in the block = [head, token, dim] in the model
+                    assert torch.equal(block[layer, 0], ks[layer][0, :, span].transpose(0, 1))
+                    assert torch.equal(block[layer, 1], vs[layer][0, :, span].transpose(0, 1))
+                del block
+            # And back: into [kv_heads, seq, head_dim] tensors, blocks 2..4 only.
+            k_out = [torch.full((lo.kv_heads, 20, lo.head_dim), float("nan")).bfloat16()
+                     for _ in range(3)]
+            v_out = [t.clone() for t in k_out]
+            lease.copy_into(k_out, v_out)
+            for layer in range(3):
+                assert torch.equal(k_out[layer][:, 8:], ks[layer][0, :, 8:])
+                assert torch.equal(v_out[layer][:, 8:], vs[layer][0, :, 8:])
+            with pytest.raises(kvtier.InvalidArgumentError, match="positions"):
+                lease.copy_into([t[:, :19] for t in k_out], v_out)  # too short
+            with pytest.raises(kvtier.InvalidArgumentError, match="bf16"):
+                lease.copy_into([t.float() for t in k_out], v_out)  # wrong dtype
+            with pytest.raises(kvtier.InvalidArgumentError, match="layers"):
+                lease.copy_into(k_out[:2], v_out[:2])

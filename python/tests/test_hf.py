@@ -98,7 +98,7 @@ def test_generation_with_kvtier_gives_the_same_tokens(daemon, dtype):
             full = model(ids).logits[0, -1].float()
             past, cached = cache.load(ids)
             assert cached == (ids.shape[1] - 1) // 16 * 16
-            rest = model(ids[:, cached:], past_key_values=past, use_cache=True).logits[0, -1]
+            rest = model(ids[:, cached:], cache=past, use_cache=True).logits[0, -1]
         assert torch.allclose(rest.float(), full, atol=LOGIT_TOLERANCE[dtype], rtol=0)
 
 
@@ -216,3 +216,23 @@ def test_layout_follows_the_model_config():
     layout = kvtier.hf.model_layout(tiny_llama(torch.bfloat16), block_tokens=32)
     assert (layout.layers, layout.kv_heads, layout.head_dim) == (3, 2, 32)
     assert layout.dtype == "bf16" and layout.block_tokens == 32
+
+
+def test_the_torch_copy_path_of_device_slots(start_daemon):
+    # An emulated device tier: slots that are not the host arena take the
+    # path a GPU model uses (a torch copy per block through DLPack).
+    d = start_daemon("--device", "emulated", "--device-capacity", "16MiB")
+    model = tiny_llama()
+    counter = ForwardCounter(model)
+    ids = prompt(70, 16 * 5 + 3)
+    with kvtier.hf.PrefixCache(model, model_id=MODEL_ID, socket=d.socket,
+                               tier=kvtier.Tier.DEVICE) as cache:
+        want = greedy(model, ids)
+        with torch.no_grad():
+            assert cache.generate(ids, max_new_tokens=12, do_sample=False)[0].tolist() == want
+        tiers = cache.client.lookup(cache.client.block_keys(ids[0].tolist())).tiers
+        assert tiers == [kvtier.Tier.DEVICE] * 5
+        counter.reset()
+        with torch.no_grad():
+            assert cache.generate(ids, max_new_tokens=12, do_sample=False)[0].tolist() == want
+        assert counter.prefill() == 3
