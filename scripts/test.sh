@@ -125,7 +125,10 @@ stage_python() {
   ./scripts/python-env.sh
   configure_normal >/dev/null
   cmake --build "$build" -j"$jobs" --target kvtierd kvtier
-  KVTIER_BUILD_DIR="$PWD/$build" "${KVTIER_VENV:-.venv}/bin/python" -m pytest -q -ra python/tests
+  local py="${KVTIER_VENV:-.venv}/bin/python"
+  # The package's types: its stubs (generated from the module) and its Python.
+  "$py" -m mypy --ignore-missing-imports -p kvtier
+  KVTIER_BUILD_DIR="$PWD/$build" "$py" -m pytest -q -ra python/tests
 }
 
 # ---- 3. ASan + UBSan ---------------------------------------------------------

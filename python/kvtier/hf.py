@@ -30,7 +30,7 @@ id and they would share blocks, so pass ``model_id=`` when the model has no
 from __future__ import annotations
 
 import inspect
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple, cast
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -93,7 +93,7 @@ class PrefixCache:
         timeout_ms: int = 0,
         client: Optional[Client] = None,
     ) -> None:
-        self.model = model
+        self.model: Any = model
         self.layout = model_layout(model, block_tokens)
         self.tier = tier
         name = model_id or getattr(model, "name_or_path", "") or model.config._name_or_path
@@ -178,7 +178,8 @@ class PrefixCache:
             # update() with nothing initializes the layer; then it takes the
             # tensors as they are (update() would copy them once more).
             cache.update(k[:, :, :0], v[:, :, :0], layer)
-            cache.layers[layer].keys, cache.layers[layer].values = k, v
+            target = cast(Any, cache.layers[layer])
+            target.keys, target.values = k, v
         return cache, n
 
     # ---- writing ----------------------------------------------------------
@@ -191,7 +192,7 @@ class PrefixCache:
         """
         tokens = _token_list(input_ids)
         lo = self.layout
-        layers = cache.layers
+        layers: list[Any] = list(cache.layers)
         if len(layers) != lo.layers:
             raise ValueError(f"the cache has {len(layers)} layers, the model {lo.layers}")
         held = cache.get_seq_length()

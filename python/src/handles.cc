@@ -241,6 +241,8 @@ block's bytes.)")
             CopySequence(lo, blocks, k, v, CopyDirection::kBlocksToSequence);
           },
           nb::arg("keys"), nb::arg("values"), nb::arg("first_block") = 0,
+          nb::sig("def copy_into(self, keys: collections.abc.Sequence[object], values: "
+                  "collections.abc.Sequence[object], first_block: int = 0) -> None"),
           R"(Copies every leased block into per-layer K and V tensors, one pass per block.
 
 keys, values: one CPU tensor per layer, [kv_heads, seq, head_dim] or
@@ -250,7 +252,8 @@ head_dim contiguous. Leased block i lands at sequence positions
       .def("release", &PyLease::Release,
            "Unpins the blocks (once no view of them is alive). Idempotent.")
       .def(
-          "__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
+          "__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference,
+          nb::sig("def __enter__(self) -> Lease"))
       .def(
           "__exit__", [](PyLease& l, nb::handle, nb::handle, nb::handle) { l.Release(); },
           nb::arg("exc_type").none(), nb::arg("exc").none(), nb::arg("tb").none());
@@ -336,7 +339,7 @@ slots. commit() refuses (BufferError) while views of the slots are alive.)")
             nb::gil_scoped_release nogil;
             std::memcpy(slot.data(), src, slot.size());
           },
-          nb::arg("i"), nb::arg("data"),
+          nb::arg("i"), nb::arg("data"), nb::sig("def write(self, i: int, data: object) -> None"),
           "Copies one block's bytes (any C-contiguous CPU buffer of block_bytes bytes) into "
           "slot i.")
       .def(
@@ -365,6 +368,8 @@ slots. commit() refuses (BufferError) while views of the slots are alive.)")
             CopySequence(lo, blocks, k, v, CopyDirection::kSequenceToBlocks);
           },
           nb::arg("keys"), nb::arg("values"), nb::arg("first_block") = 0,
+          nb::sig("def copy_from(self, keys: collections.abc.Sequence[object], values: "
+                  "collections.abc.Sequence[object], first_block: int = 0) -> None"),
           R"(Fills every ALLOCATED slot from per-layer K and V tensors, one pass per block.
 
 keys, values: as for Lease.copy_into. Slot i takes the tokens of sequence
@@ -386,7 +391,8 @@ blocks from first_block on). Runs without the GIL.)")
            "Publishes the ALLOCATED blocks. The handle is closed whatever the outcome.")
       .def("abort", &PyWriteHandle::Abort, "Frees the slots. The handle is closed.")
       .def(
-          "__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
+          "__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference,
+          nb::sig("def __enter__(self) -> WriteHandle"))
       .def(
           "__exit__",
           [](PyWriteHandle& w, nb::handle, nb::handle, nb::handle) {

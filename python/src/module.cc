@@ -4,7 +4,6 @@
 // releases the GIL around every call that waits for the daemon.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
-#include <nanobind/operators.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -25,6 +24,9 @@ using client::BlockKey;
 using client::TokenId;
 using client::WireTier;
 using client::WireWriteState;
+
+// Keys as Python passes them: typed for the stubs, checked by KeysFromPython.
+using KeySequence = nb::typed<nb::sequence, nb::bytes>;
 
 struct LookupResult {
   std::vector<WireTier> tiers;  // one per leading hit
@@ -181,7 +183,12 @@ A block holds the K and V of ``block_tokens`` tokens for all layers, laid out
             if (Status s = l.Validate(); !s.ok()) Throw(s);
           },
           "Raises kvtier.InvalidArgumentError for a layout kvtierd would refuse.")
-      .def(nb::self == nb::self)
+      .def(
+          "__eq__",
+          [](const Layout& a, nb::handle b) {
+            return nb::isinstance<Layout>(b) && a == nb::cast<const Layout&>(b);
+          },
+          nb::sig("def __eq__(self, other: object, /) -> bool"))
       .def("__repr__", &LayoutRepr);
 }
 
@@ -296,29 +303,32 @@ for an invalid layout or an empty model.)")
           "False once closed, or once a socket error broke the session.")
       .def(
           "block_keys",
-          [](const PyClient& self, const std::vector<int64_t>& tokens,
-             const std::optional<nb::bytes>& parent) {
-            return KeysToPython(ChainKeys(self, Tokens(tokens), parent));
-          },
-          nb::arg("token_ids"), nb::arg("parent") = nb::none(),
-          R"(The chained keys of the full blocks of token_ids (a partial last block gets none).
-
-parent: the key of the block before token_ids[0], to continue a chain; None
-starts at the namespace root (a prompt's first block). Each key is 16 bytes;
-key.hex() is the C++ client's BlockKey::ToHex().)")
-      .def(
-          "block_keys",
-          [](const PyClient& self, nb::ndarray<const int64_t, nb::ndim<1>, nb::device::cpu> tokens,
-             const std::optional<nb::bytes>& parent) {
-            std::vector<int64_t> ids(tokens.shape(0));
-            for (size_t i = 0; i < ids.size(); ++i) ids[i] = tokens(i);
+          [](const PyClient& self, nb::handle token_ids, const std::optional<nb::bytes>& parent) {
+            std::vector<int64_t> ids;
+            // A 1-D int64 array or CPU tensor is read in place; anything else
+            // is taken as a sequence of ints.
+            nb::ndarray<const int64_t, nb::ndim<1>, nb::device::cpu> array;
+            if (!PyList_Check(token_ids.ptr()) && !PyTuple_Check(token_ids.ptr()) &&
+                nb::try_cast(token_ids, array)) {
+              ids.resize(array.shape(0));
+              for (size_t i = 0; i < ids.size(); ++i) ids[i] = array(i);
+            } else {
+              ids = nb::cast<std::vector<int64_t>>(token_ids);
+            }
             return KeysToPython(ChainKeys(self, Tokens(ids), parent));
           },
           nb::arg("token_ids"), nb::arg("parent") = nb::none(),
-          "The same for a 1-D int64 array or CPU tensor of token ids.")
+          nb::sig("def block_keys(self, token_ids: collections.abc.Sequence[int] | "
+                  "numpy.typing.ArrayLike, parent: bytes | None = None) -> list[bytes]"),
+          R"(The chained keys of the full blocks of token_ids (a partial last block gets none).
+
+token_ids: a sequence of ints, or a 1-D int64 array or CPU tensor. parent: the
+key of the block before token_ids[0], to continue a chain; None starts at the
+namespace root (a prompt's first block). Each key is 16 bytes; key.hex() is
+the C++ client's BlockKey::ToHex().)")
       .def(
           "lookup",
-          [](PyClient& self, nb::handle keys) {
+          [](PyClient& self, KeySequence keys) {
             const std::vector<BlockKey> k = KeysFromPython(keys);
             return LookupResult{ValueOrThrow(self.core()->Call([&](client::Client& c) {
                                   return c.Lookup(k);
@@ -328,7 +338,7 @@ key.hex() is the C++ client's BlockKey::ToHex().)")
           "How many leading keys are cached, and in which tier each (no pin, no move).")
       .def(
           "allocate",
-          [](PyClient& self, nb::handle keys, WireTier tier, std::optional<nb::bytes> parent) {
+          [](PyClient& self, KeySequence keys, WireTier tier, std::optional<nb::bytes> parent) {
             const std::vector<BlockKey> k = KeysFromPython(keys);
             std::optional<BlockKey> p;
             if (parent) p = KeyFromPython(*parent);
@@ -346,7 +356,7 @@ kvtier.ResourceExhaustedError when the tier has no room (every block pinned or
 reserved) or the session's limit of open writes is reached.)")
       .def(
           "acquire",
-          [](PyClient& self, nb::handle keys, WireTier tier) {
+          [](PyClient& self, KeySequence keys, WireTier tier) {
             const std::vector<BlockKey> k = KeysFromPython(keys);
             const std::shared_ptr<ClientCore>& core = self.core();
             client::ReadLease l =
@@ -359,7 +369,7 @@ them there from lower tiers (the SSD included). Returns a Lease over the hits;
 len(lease) is 0 when the first key is not cached.)")
       .def(
           "put",
-          [](PyClient& self, nb::handle keys,
+          [](PyClient& self, KeySequence keys,
              nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> data,
              std::optional<nb::bytes> parent) {
             const std::vector<BlockKey> k = KeysFromPython(keys);
@@ -372,11 +382,13 @@ len(lease) is 0 when the first key is not cached.)")
                 .states;
           },
           nb::arg("keys"), nb::arg("data"), nb::arg("parent") = nb::none(),
+          nb::sig("def put(self, keys: collections.abc.Sequence[bytes], data: object, parent: "
+                  "bytes | None = None) -> list[WriteState]"),
           "Writes len(keys) blocks through the socket (a copy; for clients that cannot map the "
           "arenas). data: len(keys) * block_bytes bytes.")
       .def(
           "get",
-          [](PyClient& self, nb::handle keys) {
+          [](PyClient& self, KeySequence keys) {
             const std::vector<BlockKey> k = KeysFromPython(keys);
             protocol::GetReply reply =
                 ValueOrThrow(self.core()->Call([&](client::Client& c) { return c.GetInline(k); }));
@@ -386,14 +398,15 @@ len(lease) is 0 when the first key is not cached.)")
           "The leading cached blocks' bytes through the socket (a copy): hits * block_bytes.")
       .def(
           "remove",
-          [](PyClient& self, nb::handle keys) {
+          [](PyClient& self, KeySequence keys) {
             const std::vector<BlockKey> k = KeysFromPython(keys);
             return ValueOrThrow(self.core()->Call([&](client::Client& c) { return c.Remove(k); }));
           },
           nb::arg("keys"), "Removes the keys and what hangs below them; returns how many went.")
       .def(
           "set_retention",
-          [](PyClient& self, nb::handle keys, const std::vector<protocol::RetentionRange>& ranges) {
+          [](PyClient& self, KeySequence keys,
+             const std::vector<protocol::RetentionRange>& ranges) {
             const std::vector<BlockKey> k = KeysFromPython(keys);
             return ValueOrThrow(
                 self.core()->Call([&](client::Client& c) { return c.SetRetention(k, ranges); }));
@@ -419,7 +432,8 @@ many cached blocks were updated.)")
            "alive. Idempotent.")
       .def_prop_ro("closed", &PyClient::closed)
       .def(
-          "__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
+          "__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference,
+          nb::sig("def __enter__(self) -> Client"))
       .def(
           "__exit__", [](PyClient& c, nb::handle, nb::handle, nb::handle) { c.Close(); },
           nb::arg("exc_type").none(), nb::arg("exc").none(), nb::arg("tb").none())
