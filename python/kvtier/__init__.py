@@ -32,6 +32,9 @@ from ._kvtier import (
     Tier,
     WriteHandle,
     WriteState,
+    host_buffer,
+    host_buffer_cache,
+    set_host_buffer_cache,
 )
 from .errors import (
     CorruptionError,
@@ -70,4 +73,7 @@ __all__ = [
     "UnavailableError",
     "WriteHandle",
     "WriteState",
+    "host_buffer",
+    "host_buffer_cache",
+    "set_host_buffer_cache",
 ]

@@ -35,7 +35,7 @@ from typing import Any, Optional, Sequence, Tuple, cast
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from . import Client, Layout, ResourceExhaustedError, Tier
+from . import Client, Layout, ResourceExhaustedError, Tier, host_buffer
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -155,12 +155,15 @@ class PrefixCache:
                 return cache, 0
             # [layer, k|v, kv_head, token, head_dim]: per layer, K and V are
             # then [kv_head, tokens, head_dim] views, as DynamicCache keeps them.
-            seq = torch.empty(
-                (lo.layers, 2, lo.kv_heads, blocks * lo.block_tokens, lo.head_dim),
-                dtype=self._dtype,
-                device=device,
-            )
-            if device.type == "cpu" and self.tier == Tier.HOST:
+            shape = (lo.layers, 2, lo.kv_heads, blocks * lo.block_tokens, lo.head_dim)
+            host_copy = device.type == "cpu" and self.tier == Tier.HOST
+            if host_copy:
+                # Reused memory, already paged in (kvtier.host_buffer).
+                seq = (torch.from_dlpack(host_buffer(blocks * lo.block_bytes))
+                       .view(self._dtype).view(shape))
+            else:
+                seq = torch.empty(shape, dtype=self._dtype, device=device)
+            if host_copy:
                 # One pass over each block, in C++, without the GIL.
                 lease.copy_into([seq[i, 0] for i in range(lo.layers)],
                                 [seq[i, 1] for i in range(lo.layers)])

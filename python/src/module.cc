@@ -16,6 +16,7 @@
 
 #include "core.h"
 #include "handles.h"
+#include "host_buffers.h"
 
 namespace kvtier::python {
 namespace {
@@ -444,6 +445,41 @@ many cached blocks were updated.)")
       });
 }
 
+void BindHostBuffers(nb::module_& m) {
+  struct Held {
+    void* data;
+    uint64_t capacity;
+  };
+  m.def(
+      "host_buffer",
+      [](uint64_t bytes) {
+        uint64_t capacity = 0;
+        void* data = TakeHostBuffer(bytes, &capacity);
+        nb::capsule owner(new Held{data, capacity}, [](void* h) noexcept {
+          auto* held = static_cast<Held*>(h);
+          GiveHostBuffer(held->data, held->capacity);
+          delete held;
+        });
+        const size_t shape[1] = {static_cast<size_t>(bytes)};
+        return nb::ndarray<nb::array_api, uint8_t, nb::ndim<1>, nb::c_contig>(data, 1, shape,
+                                                                              owner);
+      },
+      nb::arg("nbytes"),
+      R"(A writable, page-aligned host buffer of nbytes (uint8; its bytes are not cleared).
+
+Given back when the last view of it goes, and kept for the next call up to
+host_buffer_cache() bytes, so that repeated loads write into memory that is
+already paged in (a 32 MiB copy into new memory pays ~8,000 page faults).
+kvtier.hf loads prefixes into these.)");
+  m.def(
+      "set_host_buffer_cache", [](uint64_t bytes) { SetHostBufferCacheBytes(bytes); },
+      nb::arg("nbytes"), "Caps the bytes of given-back host buffers kept for reuse (0: none).");
+  m.def(
+      "host_buffer_cache",
+      [] { return std::make_pair(HostBufferCacheBytes(), HostBufferCachedBytes()); },
+      "(cap, bytes kept now) of the host buffer cache.");
+}
+
 }  // namespace
 }  // namespace kvtier::python
 
@@ -455,5 +491,6 @@ NB_MODULE(_kvtier, m) {
   BindEnums(m);
   BindHandles(m);
   BindClient(m);
+  BindHostBuffers(m);
   m.attr("DEFAULT_SOCKET") = kvtier::client::kDefaultSocketPath;
 }

@@ -378,3 +378,21 @@ def test_copy_from_and_into_per_layer_tensors(daemon):
                 lease.copy_into([t.float() for t in k_out], v_out)  # wrong dtype
             with pytest.raises(kvtier.InvalidArgumentError, match="layers"):
                 lease.copy_into(k_out[:2], v_out[:2])
+
+
+def test_host_buffers_are_reused_up_to_the_cap():
+    cap, _ = kvtier.host_buffer_cache()
+    try:
+        a = torch.from_dlpack(kvtier.host_buffer(3 << 20))
+        a.fill_(7)
+        address = a.data_ptr()
+        assert address % 4096 == 0 and a.numel() == 3 << 20
+        del a
+        assert kvtier.host_buffer_cache()[1] >= 3 << 20  # kept
+        b = torch.from_dlpack(kvtier.host_buffer(3 << 20))
+        assert b.data_ptr() == address  # the same memory, paged in already
+        del b
+        kvtier.set_host_buffer_cache(0)
+        assert kvtier.host_buffer_cache() == (0, 0)  # given back to the system
+    finally:
+        kvtier.set_host_buffer_cache(cap)
