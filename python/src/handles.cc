@@ -38,14 +38,26 @@ struct Place {
   int device_id = 0;
 };
 
-Place Locate(ClientCore& core, WireTier tier, std::byte* host, uint64_t offset) {
-  if (host != nullptr) return {host, kDLCpu, 0};
+// Where block i of a lease or write lives and how long it is, as a view
+// sees it: in mapped host memory (the host arena, or an emulated device
+// arena) or on the daemon's GPU.
+template <typename Handle>
+Place PlaceOf(ClientCore& core, const Handle& h, size_t i, uint64_t* bytes) {
   return core.Peek([&](client::Client& c) {
-    if (c.device_ordinal() < 0 || tier != WireTier::kDevice) {
+    *bytes = c.block_bytes();
+    if (c.mapped(h.tier())) return Place{const_cast<std::byte*>(h.Bytes(i).data()), kDLCpu, 0};
+    if (c.device_ordinal() < 0 || h.tier() != WireTier::kDevice) {
       Throw(FailedPreconditionError("this block's arena is not mapped in this process"));
     }
-    return Place{core.DeviceBaseLocked(c) + offset, kDLCuda, c.device_ordinal()};
+    return Place{core.DeviceBaseLocked(c) + h.offset(i), kDLCuda, c.device_ordinal()};
   });
+}
+
+template <typename Handle>
+std::vector<uint64_t> Offsets(const Handle& h) {
+  std::vector<uint64_t> out;
+  for (size_t i = 0; i < h.size(); ++i) out.push_back(h.offset(i));
+  return out;
 }
 
 // A capsule owning one reference to T's core: a view keeps it alive.
@@ -198,13 +210,9 @@ block's bytes.)")
             const std::shared_ptr<LeaseCore>& core = self.core();
             const client::ReadLease& l = core->lease();
             const size_t k = Index(i, l.size());
-            std::byte* host = nullptr;
-            if (core->client()->Peek([&](client::Client& c) { return c.mapped(l.tier()); })) {
-              host = const_cast<std::byte*>(l.Bytes(k).data());
-            }
-            const Place p = Locate(*core->client(), l.tier(), host, l.offset(k));
-            const size_t shape[1] = {static_cast<size_t>(
-                core->client()->Peek([](client::Client& c) { return c.block_bytes(); }))};
+            uint64_t bytes = 0;
+            const Place p = PlaceOf(*core->client(), l, k, &bytes);
+            const size_t shape[1] = {static_cast<size_t>(bytes)};
             return ConstBytes1D(p.data, 1, shape, Owner(core), nullptr, nb::dtype<uint8_t>(),
                                 p.device_type, p.device_id);
           },
@@ -215,13 +223,7 @@ block's bytes.)")
       .def_prop_ro("id", [](const PyLease& l) { return l.core()->lease().id(); })
       .def_prop_ro("held", &PyLease::held, "False once released.")
       .def_prop_ro(
-          "offsets",
-          [](const PyLease& l) {
-            const client::ReadLease& r = l.core()->lease();
-            std::vector<uint64_t> out;
-            for (size_t i = 0; i < r.size(); ++i) out.push_back(r.offset(i));
-            return out;
-          },
+          "offsets", [](const PyLease& l) { return Offsets(l.core()->lease()); },
           "Byte offset of each block in its tier's arena.")
       .def(
           "block_table",
@@ -318,13 +320,9 @@ slots. commit() refuses (BufferError) while views of the slots are alive.)")
                                      "was skipped)")
                                         .c_str());
             }
-            std::byte* host = nullptr;
-            if (core->client()->Peek([&](client::Client& c) { return c.mapped(h.tier()); })) {
-              host = h.Bytes(k).data();
-            }
-            const Place p = Locate(*core->client(), h.tier(), host, h.offset(k));
-            const size_t shape[1] = {static_cast<size_t>(
-                core->client()->Peek([](client::Client& c) { return c.block_bytes(); }))};
+            uint64_t bytes = 0;
+            const Place p = PlaceOf(*core->client(), h, k, &bytes);
+            const size_t shape[1] = {static_cast<size_t>(bytes)};
             nb::capsule owner(new WriteViewToken(core),
                               [](void* t) noexcept { delete static_cast<WriteViewToken*>(t); });
             return Bytes1D(p.data, 1, shape, owner, nullptr, nb::dtype<uint8_t>(), p.device_type,
@@ -391,13 +389,7 @@ keys, values: as for Lease.copy_into. Slot i takes the tokens of sequence
 block first_block + i (the keys given to allocate() being that sequence's
 blocks from first_block on). Runs without the GIL.)")
       .def_prop_ro(
-          "offsets",
-          [](const PyWriteHandle& w) {
-            const client::WriteHandle& h = w.core()->write();
-            std::vector<uint64_t> out;
-            for (size_t i = 0; i < h.size(); ++i) out.push_back(h.offset(i));
-            return out;
-          },
+          "offsets", [](const PyWriteHandle& w) { return Offsets(w.core()->write()); },
           "Byte offset of each slot in its tier's arena (0 where not ALLOCATED).")
       .def_prop_ro("tier", [](const PyWriteHandle& w) { return w.core()->write().tier(); })
       .def_prop_ro("id", [](const PyWriteHandle& w) { return w.core()->write().id(); })

@@ -66,6 +66,15 @@ def greedy(model, ids: torch.Tensor, **kw) -> List[int]:
         return model.generate(ids, max_new_tokens=12, do_sample=False, **kw)[0].tolist()
 
 
+def assert_reuses(cache, counter: ForwardCounter, ids: torch.Tensor, uncached: int) -> None:
+    """cache.generate gives the model's own greedy tokens, running it over `uncached` only."""
+    want = greedy(cache.model, ids)
+    counter.reset()
+    with torch.no_grad():
+        assert cache.generate(ids, max_new_tokens=12, do_sample=False)[0].tolist() == want
+    assert counter.prefill() == uncached
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_generation_with_kvtier_gives_the_same_tokens(daemon, dtype):
     model = tiny_llama(dtype)
@@ -135,11 +144,7 @@ with kvtier.hf.PrefixCache(model, model_id=sys.argv[3], socket=sys.argv[1]) as c
     counter = ForwardCounter(model)
     with kvtier.hf.PrefixCache(model, model_id=MODEL_ID, socket=daemon.socket) as cache:
         assert cache.cached_tokens(ids) == 160
-        want = greedy(model, ids)
-        counter.reset()
-        with torch.no_grad():
-            assert cache.generate(ids, max_new_tokens=12, do_sample=False)[0].tolist() == want
-        assert counter.prefill() == 1
+        assert_reuses(cache, counter, ids, uncached=1)
 
 
 def test_reuse_after_demotion_to_the_ssd(start_daemon, tmp_path):
@@ -159,11 +164,7 @@ def test_reuse_after_demotion_to_the_ssd(start_daemon, tmp_path):
         keys = cache.client.block_keys(first[0].tolist())
         tiers = cache.client.lookup(keys).tiers
         assert len(tiers) == 6 and kvtier.Tier.SSD in tiers, tiers
-        want = greedy(model, first)
-        counter.reset()
-        with torch.no_grad():
-            assert cache.generate(first, max_new_tokens=12, do_sample=False)[0].tolist() == want
-        assert counter.prefill() == 2  # 96 of 98 tokens came back from the SSD
+        assert_reuses(cache, counter, first, uncached=2)  # 96 of 98 tokens from the SSD
 
 
 def test_reuse_after_a_daemon_restart(start_daemon, tmp_path):
@@ -180,11 +181,7 @@ def test_reuse_after_a_daemon_restart(start_daemon, tmp_path):
     d = start_daemon(*ssd, name="after")  # the same SSD directory: a warm restart
     with kvtier.hf.PrefixCache(model, model_id=MODEL_ID, socket=d.socket) as cache:
         assert cache.cached_tokens(ids) == 80
-        want = greedy(model, ids)
-        counter.reset()
-        with torch.no_grad():
-            assert cache.generate(ids, max_new_tokens=12, do_sample=False)[0].tolist() == want
-        assert counter.prefill() == 4
+        assert_reuses(cache, counter, ids, uncached=4)
 
 
 def test_another_model_dtype_or_layout_never_hits(daemon):
@@ -227,12 +224,7 @@ def test_the_torch_copy_path_of_device_slots(start_daemon):
     ids = prompt(70, 16 * 5 + 3)
     with kvtier.hf.PrefixCache(model, model_id=MODEL_ID, socket=d.socket,
                                tier=kvtier.Tier.DEVICE) as cache:
-        want = greedy(model, ids)
-        with torch.no_grad():
-            assert cache.generate(ids, max_new_tokens=12, do_sample=False)[0].tolist() == want
+        assert_reuses(cache, counter, ids, uncached=ids.shape[1])
         tiers = cache.client.lookup(cache.client.block_keys(ids[0].tolist())).tiers
         assert tiers == [kvtier.Tier.DEVICE] * 5
-        counter.reset()
-        with torch.no_grad():
-            assert cache.generate(ids, max_new_tokens=12, do_sample=False)[0].tolist() == want
-        assert counter.prefill() == 3
+        assert_reuses(cache, counter, ids, uncached=3)
