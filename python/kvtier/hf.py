@@ -230,7 +230,11 @@ class PrefixCache:
                 for i in write.allocated:
                     span = slice((start + i) * lo.block_tokens, (start + i + 1) * lo.block_tokens)
                     slot = torch.from_dlpack(write[i]).view(self._dtype).view(shape)
-                    torch.stack([p[:, span].transpose(0, 1) for p in parts], out=slot)
+                    block = [p[:, span].transpose(0, 1) for p in parts]
+                    if slot.device == parts[0].device:
+                        torch.stack(block, out=slot)
+                    else:  # a GPU model into host slots: stacked on the GPU, then one copy
+                        slot.copy_(torch.stack(block))
                     del slot
             write.commit()
         return written
