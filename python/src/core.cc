@@ -75,27 +75,6 @@ ClientCore::~ClientCore() {
   client_.reset();
 }
 
-void ClientCore::Finish(client::ReadLease lease) {
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  if (lock.owns_lock()) {
-    // Sends the RELEASE; its reply is read with the next request.
-    lease.Release().IgnoreError();
-    return;
-  }
-  std::lock_guard<std::mutex> parked(parked_mu_);
-  parked_leases_.push_back(std::move(lease));
-}
-
-void ClientCore::Finish(client::WriteHandle write) {
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  if (lock.owns_lock()) {
-    write.Abort().IgnoreError();
-    return;
-  }
-  std::lock_guard<std::mutex> parked(parked_mu_);
-  parked_writes_.push_back(std::move(write));
-}
-
 void ClientCore::FinishParkedLocked() {
   std::vector<client::ReadLease> leases;
   std::vector<client::WriteHandle> writes;
@@ -105,8 +84,9 @@ void ClientCore::FinishParkedLocked() {
     leases.swap(parked_leases_);
     writes.swap(parked_writes_);
   }
-  for (client::ReadLease& l : leases) l.Release().IgnoreError();
-  for (client::WriteHandle& w : writes) w.Abort().IgnoreError();
+  // Their destructors release and abort, here, under mu.
+  leases.clear();
+  writes.clear();
 }
 
 std::byte* ClientCore::DeviceBaseLocked(const client::Client& c) {

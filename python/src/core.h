@@ -17,7 +17,7 @@
 // under mu touches Python (which could run a destructor needing mu). Cores
 // are destroyed from Python's deallocators, on any thread, with the GIL
 // held: they finish their lease or write at once when mu is free, and
-// otherwise leave it to the next call on the client (Park/FinishParked).
+// otherwise park it for the next call on the client (FinishOrPark).
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -83,8 +83,8 @@ class ClientCore {
 
   // Ends a lease or a write whose owners are gone: now if mu is free, else at
   // the next Call. Never blocks on mu; may be called with the GIL held.
-  void Finish(client::ReadLease lease);
-  void Finish(client::WriteHandle write);
+  void Finish(client::ReadLease lease) { FinishOrPark(std::move(lease), parked_leases_); }
+  void Finish(client::WriteHandle write) { FinishOrPark(std::move(write), parked_writes_); }
 
   // The daemon's GPU arena opened through CUDA IPC (dlopen'ed libcudart),
   // for views of kCuda device slots; opened on first use. REQUIRES: mu held
@@ -92,6 +92,18 @@ class ClientCore {
   std::byte* DeviceBaseLocked(const client::Client& c);
 
  private:
+  // The handle's own destructor sends the RELEASE or ABORT; it runs here
+  // under mu when mu is free, else from `parked` at the next Call.
+  template <typename Handle>
+  void FinishOrPark(Handle handle, std::vector<Handle>& parked) {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (lock.owns_lock()) {
+      Handle ending = std::move(handle);  // destroyed before the lock is released
+      return;
+    }
+    std::lock_guard<std::mutex> guard(parked_mu_);
+    parked.push_back(std::move(handle));
+  }
   void FinishParkedLocked();
 
   mutable std::mutex mu_;

@@ -147,12 +147,16 @@ with kvtier.hf.PrefixCache(model, model_id=sys.argv[3], socket=sys.argv[1]) as c
         assert_reuses(cache, counter, ids, uncached=1)
 
 
+def ssd_tier(tmp_path, *more: str) -> List[str]:
+    """kvtierd flags for a 16 MiB SSD tier in tmp_path, its file written before serving."""
+    return ["--ssd-dir", str(tmp_path / "ssd"), "--ssd-capacity", "16MiB", "--ssd-prepare",
+            "foreground", *more]
+
+
 def test_reuse_after_demotion_to_the_ssd(start_daemon, tmp_path):
     # 1 MiB of host holds 42 blocks of 24 KiB: the later prompts push the
     # first one's blocks down to the SSD.
-    d = start_daemon("--host-capacity", "1MiB", "--host-slab", "256KiB", "--ssd-dir",
-                     str(tmp_path / "ssd"), "--ssd-capacity", "16MiB", "--ssd-prepare",
-                     "foreground")
+    d = start_daemon("--host-capacity", "1MiB", "--host-slab", "256KiB", *ssd_tier(tmp_path))
     model = tiny_llama()
     counter = ForwardCounter(model)
     first = prompt(30, 16 * 6 + 2)
@@ -168,8 +172,7 @@ def test_reuse_after_demotion_to_the_ssd(start_daemon, tmp_path):
 
 
 def test_reuse_after_a_daemon_restart(start_daemon, tmp_path):
-    ssd = ["--ssd-dir", str(tmp_path / "ssd"), "--ssd-capacity", "16MiB", "--ssd-prepare",
-           "foreground", "--ssd-write-through"]
+    ssd = ssd_tier(tmp_path, "--ssd-write-through")
     d = start_daemon(*ssd, name="before")
     model = tiny_llama()
     counter = ForwardCounter(model)
