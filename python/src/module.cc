@@ -486,6 +486,9 @@ kvtier.hf loads prefixes into these.)");
 NB_MODULE(_kvtier, m) {
   using namespace kvtier::python;
   m.doc() = "kvtier's client library (C++), bound for Python. Use the kvtier package.";
+  // Engines that hold a client in a global until the interpreter exits (vLLM's
+  // connectors do) would print nanobind's leak report at every exit.
+  nb::set_leak_warnings(false);
   RegisterErrors();
   BindLayout(m);
   BindEnums(m);

@@ -1,0 +1,555 @@
+"""kvtierd as vLLM's prefix cache beyond one process: a KV connector for vLLM (V1).
+
+vLLM keeps its prefix cache per process. With this connector, every vLLM
+worker of a node shares kvtierd's cache, which outlives the processes and
+spans GPU, host and SSD under one eviction policy::
+
+    vllm serve MODEL --kv-transfer-config '{"kv_connector":"KvtierConnector",
+        "kv_connector_module_path":"kvtier.vllm","kv_role":"kv_both"}'
+
+Scheduler side: a new request's prompt is cut into kvtier blocks (a whole
+number of vLLM blocks each) and looked up; the hits beyond vLLM's own prefix
+hit are loaded into the request's blocks before its first forward, so the
+prefill skips them. When a request finishes, its new full blocks (prompt and
+output) are stored, asynchronously: vLLM frees the request's blocks once the
+worker reports the save done.
+
+Worker side: the leased blocks are copied from kvtierd's shared host arena
+(or its GPU arena, ``"tier": "device"``) into vLLM's paged KV tensors before
+the forward, and a finished request's blocks are copied into slots allocated
+in kvtierd and committed. Copies are batched torch indexing, one per layer.
+A block that could not be loaded is reported to vLLM, which recomputes it:
+the connector never serves a wrong block, and a missing kvtierd only means
+misses (with one log line), never a failed request.
+
+Settings, in ``kv_connector_extra_config`` (all optional):
+
+``socket``
+    kvtierd's Unix socket (default ``$KVTIER_SOCKET``, else
+    ``/run/kvtier/kvtierd.sock``).
+``salt``
+    Keeps tenants apart: blocks stored under one salt never match another.
+``model_id``
+    Names the weights in the namespace (default: vLLM's model, as given).
+``tier``
+    ``"host"`` (default) or ``"device"``: the tier blocks are loaded from
+    and stored into (``device`` needs a kvtierd with a GPU tier).
+``retention_priority``, ``retention_duration_ms``
+    Priority (0-100, TensorRT-LLM's semantics, 35 the daemon's default) given
+    to the blocks this worker stores, and how long it holds (0 = for good).
+``block_tokens``
+    Tokens per kvtier block: a multiple of vLLM's block size (default: the
+    same size).
+``timeout_ms``
+    The longest wait for kvtierd per call (default 5000).
+``retry_interval_s``
+    How often to try kvtierd again while it is unreachable (default 1).
+
+The namespace is the model id, the KV dtype and layout (layers, KV heads,
+head size, block tokens, the attention backend's block format) and, with
+tensor or pipeline parallelism, the worker's rank: shards never mix blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+
+from . import Client, Error, LayoutError, Retention, Tier, UnavailableError
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.attention.backend import AttentionMetadata
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+# Under "vllm." so that its lines go where vLLM logs its own.
+logger = logging.getLogger("vllm.kvtier")
+
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+@dataclass
+class Settings:
+    """The connector's settings (``kv_connector_extra_config``)."""
+
+    socket: Optional[str] = None
+    salt: str = ""
+    model_id: Optional[str] = None
+    tier: Tier = Tier.HOST
+    retention_priority: Optional[int] = None
+    retention_duration_ms: int = 0
+    block_tokens: int = 0
+    timeout_ms: int = 5000
+    retry_interval_s: float = 1.0
+
+    @staticmethod
+    def from_extra_config(extra: dict[str, Any]) -> "Settings":
+        known = {"socket", "salt", "model_id", "tier", "retention_priority",
+                 "retention_duration_ms", "block_tokens", "timeout_ms", "retry_interval_s"}
+        unknown = sorted(set(extra) - known)
+        if unknown:
+            raise ValueError(f"kvtier.vllm: unknown setting(s) {unknown} in "
+                             f"kv_connector_extra_config; known: {sorted(known)}")
+        s = Settings()
+        s.socket = extra.get("socket") or None
+        s.salt = str(extra.get("salt", ""))
+        s.model_id = extra.get("model_id") or None
+        tier = str(extra.get("tier", "host")).lower()
+        if tier not in ("host", "device"):
+            raise ValueError(f"kvtier.vllm: tier must be 'host' or 'device', not {tier!r}")
+        s.tier = Tier.HOST if tier == "host" else Tier.DEVICE
+        if extra.get("retention_priority") is not None:
+            s.retention_priority = int(extra["retention_priority"])
+            if not 0 <= s.retention_priority <= 100:
+                raise ValueError("kvtier.vllm: retention_priority must be within 0..100")
+        s.retention_duration_ms = int(extra.get("retention_duration_ms", 0))
+        s.block_tokens = int(extra.get("block_tokens", 0))
+        s.timeout_ms = int(extra.get("timeout_ms", 5000))
+        s.retry_interval_s = float(extra.get("retry_interval_s", 1.0))
+        return s
+
+
+@dataclass
+class _Load:
+    """Blocks of one request to fill from kvtierd before its forward."""
+
+    req_id: str
+    token_ids: list[int]  # the prompt's tokens up to the last block to load
+    first_token: int  # tokens before this one are computed already (vLLM's own hit)
+    block_ids: list[int]  # the request's vLLM blocks, from its first
+
+
+@dataclass
+class _Save:
+    """The full blocks of a finished request to store into kvtierd."""
+
+    req_id: str
+    token_ids: list[int]  # a whole number of kvtier blocks
+    block_ids: list[int]  # the request's vLLM blocks, from its first
+
+
+@dataclass
+class KvtierConnectorMetadata(KVConnectorMetadata):
+    """What the scheduler hands the workers each step."""
+
+    loads: list[_Load] = field(default_factory=list)
+    saves: list[_Save] = field(default_factory=list)
+
+
+def _namespace(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
+               settings: Settings, tp_rank: int, pp_rank: int) -> tuple[str, Any, int]:
+    """(model id, kvtier Layout, vLLM block size) of this worker's namespace.
+
+    Raises ValueError for what the connector cannot store (several KV cache
+    groups, a KV dtype kvtier has no layout for).
+    """
+    from vllm.platforms import current_platform
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
+    from . import Layout
+
+    groups = kv_cache_config.kv_cache_groups
+    if len(groups) != 1 or not isinstance(groups[0].kv_cache_spec, AttentionSpec):
+        raise ValueError("kvtier.vllm handles models with one KV cache group of attention "
+                         f"layers; this one has {len(groups)} group(s)")
+    spec = groups[0].kv_cache_spec
+    if spec.dtype not in _DTYPES:
+        raise ValueError(f"kvtier.vllm stores fp16, bf16 or fp32 KV caches, not {spec.dtype}")
+    block_tokens = settings.block_tokens or spec.block_size
+    if block_tokens % spec.block_size:
+        raise ValueError(f"kvtier.vllm: block_tokens {block_tokens} is not a multiple of "
+                         f"vLLM's block size {spec.block_size}")
+    layout = Layout(layers=len(groups[0].layer_names), kv_heads=spec.num_kv_heads,
+                    head_dim=spec.head_size, dtype=_DTYPES[spec.dtype],
+                    block_tokens=block_tokens)
+    # The bytes of a block are copied as vLLM's backend lays them out inside a
+    # block; on the CPU that layout depends on the attention ISA (AMX packs).
+    if current_platform.is_cpu():
+        try:
+            from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+            fmt = "cpu-" + _get_attn_isa(spec.dtype, spec.block_size, spec.head_size,
+                                         vllm_config.cache_config.cache_dtype)
+        except Exception:  # an older or newer vLLM: keep the blocks apart
+            fmt = "cpu"
+    else:
+        fmt = "kv"  # GPU caches are read as [block][k|v][token][head][dim]
+    model = settings.model_id or vllm_config.model_config.model
+    parallel = vllm_config.parallel_config
+    model_id = f"{model}|vllm-{fmt}"
+    if parallel.tensor_parallel_size > 1:
+        model_id += f"|tp{tp_rank}of{parallel.tensor_parallel_size}"
+    if parallel.pipeline_parallel_size > 1:
+        model_id += f"|pp{pp_rank}of{parallel.pipeline_parallel_size}"
+    layout.validate()
+    return model_id, layout, spec.block_size
+
+
+class _Connection:
+    """One kvtier Client, made again after kvtierd went away (one log line each way)."""
+
+    def __init__(self, model_id: str, layout: Any, settings: Settings, name: str,
+                 map_arenas: bool) -> None:
+        self.model_id, self.layout, self.settings = model_id, layout, settings
+        self.name, self.map_arenas = name, map_arenas
+        self._client: Optional[Client] = None
+        self._next_try = 0.0
+        self._lost = False
+        self._lock = threading.Lock()
+        self.where = settings.socket or "the default socket"
+
+    def get(self) -> Optional[Client]:
+        """The attached client, or None while kvtierd is unreachable."""
+        with self._lock:
+            if self._client is not None and self._client.healthy:
+                return self._client
+            if self._client is not None:
+                self._lose_locked("the session broke")
+            now = time.monotonic()
+            if now < self._next_try:
+                return None
+            try:
+                self._client = Client(self.model_id, self.layout, socket=self.settings.socket,
+                                      salt=self.settings.salt, client_name=self.name,
+                                      timeout_ms=self.settings.timeout_ms,
+                                      map_arenas=self.map_arenas)
+            except LayoutError as e:
+                logger.error("kvtier: kvtierd refuses this worker's layout (%s); the connector "
+                             "stays off for 10 minutes", e)
+                self._next_try = now + 600
+                return None
+            except Error as e:
+                self._next_try = now + self.settings.retry_interval_s
+                if not self._lost:
+                    logger.warning("kvtier: kvtierd unreachable at %s (%s); requests recompute "
+                                   "their prefixes until it is back", self.where, e)
+                    self._lost = True
+                return None
+            if self._lost:
+                logger.warning("kvtier: reattached to kvtierd at %s; prefix hits resume",
+                               self.where)
+            else:
+                logger.info("kvtier: attached to kvtierd at %s as %r (%s)", self.where,
+                            self.model_id, self.layout)
+            self._lost = False
+            self.where = self._client.socket
+            return self._client
+
+    def failed(self, what: str, e: BaseException) -> None:
+        """A call failed: drop the client when the session is gone, else log."""
+        with self._lock:
+            if isinstance(e, UnavailableError) or (self._client is not None
+                                                   and not self._client.healthy):
+                self._lose_locked(f"{what}: {e}")
+            else:
+                logger.warning("kvtier: %s failed: %s", what, e)
+
+    def _lose_locked(self, why: str) -> None:
+        if not self._lost:
+            logger.warning("kvtier: lost kvtierd at %s (%s); requests recompute their "
+                           "prefixes until it is back", self.where, why)
+        self._lost = True
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Error:
+                pass
+        self._client = None
+        self._next_try = time.monotonic() + self.settings.retry_interval_s
+
+    def retry_now(self) -> None:
+        """Lets the next get() try kvtierd at once."""
+        with self._lock:
+            self._next_try = 0.0
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+class KvtierConnector(KVConnectorBase_V1):
+    """vLLM's KV connector (V1) to kvtierd. See the module's documentation."""
+
+    def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
+                 kv_cache_config: "KVCacheConfig") -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        self.settings = Settings.from_extra_config(
+            dict(self._kv_transfer_config.kv_connector_extra_config or {}))
+        # A kvtier block that cannot be loaded is recomputed, never a failed request.
+        if self._kv_transfer_config.kv_load_failure_policy != "recompute":
+            self._kv_transfer_config.kv_load_failure_policy = "recompute"
+        tp_rank = pp_rank = 0
+        if role == KVConnectorRole.WORKER:
+            from vllm.distributed.parallel_state import get_pp_group, get_tp_group
+
+            tp_rank, pp_rank = get_tp_group().rank_in_group, get_pp_group().rank_in_group
+        self.model_id, self.layout, self.vllm_block = _namespace(
+            vllm_config, kv_cache_config, self.settings, tp_rank, pp_rank)
+        self.block_tokens = self.layout.block_tokens
+        self.ratio = self.block_tokens // self.vllm_block  # vLLM blocks per kvtier block
+        is_worker = role == KVConnectorRole.WORKER
+        self.conn = _Connection(self.model_id, self.layout, self.settings,
+                                "vllm-worker" if is_worker else "vllm-scheduler",
+                                map_arenas=is_worker)
+        # Scheduler state.
+        self._hits: dict[str, int] = {}  # request -> kvtier blocks cached at lookup
+        self._loads: dict[str, _Load] = {}
+        self._saves: list[_Save] = []
+        # Worker state.
+        self._layers: list[torch.Tensor] = []  # per layer: [blocks, 2, ratio', tokens', H, D]
+        self._load_errors: set[int] = set()
+        self._saver: Optional[ThreadPoolExecutor] = None
+        self._saving: dict[str, Future] = {}
+        self._saved: set[str] = set()
+        self._saved_lock = threading.Lock()
+        self.counters = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
+                         "load_failed_blocks": 0, "saved_blocks": 0, "save_failures": 0}
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        return False  # a cache: a save that does not happen is a later miss
+
+    # ---------------------------------------------------------------- scheduler
+
+    def get_num_new_matched_tokens(self, request: "Request",
+                                   num_computed_tokens: int) -> tuple[int | None, bool]:
+        prompt = request.prompt_token_ids or []
+        # Whole kvtier blocks, leaving at least one prompt token to compute.
+        usable = (len(prompt) - 1) // self.block_tokens * self.block_tokens
+        if usable <= num_computed_tokens:
+            self._hits.pop(request.request_id, None)
+            return 0, False
+        hits = self._call("lookup", lambda c: c.lookup(c.block_keys(prompt[:usable])).hits)
+        if hits is None:
+            return 0, False
+        self.counters["lookups"] += 1
+        self._hits[request.request_id] = hits
+        return max(0, hits * self.block_tokens - num_computed_tokens), False
+
+    def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
+                                 num_external_tokens: int) -> None:
+        if num_external_tokens <= 0:
+            return
+        computed = request.num_computed_tokens
+        end = computed + num_external_tokens
+        self.counters["hit_tokens"] += num_external_tokens
+        self._loads[request.request_id] = _Load(
+            req_id=request.request_id, token_ids=list((request.prompt_token_ids or [])[:end]),
+            first_token=computed, block_ids=list(blocks.get_block_ids()[0]))
+
+    def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
+        meta = KvtierConnectorMetadata(loads=list(self._loads.values()), saves=self._saves)
+        self._loads = {}
+        self._saves = []
+        return meta
+
+    def request_finished(self, request: "Request",
+                         block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        hits = self._hits.pop(request.request_id, 0)
+        self._loads.pop(request.request_id, None)
+        # Tokens whose K and V are in vLLM's blocks: all but the last sampled one.
+        computed = min(request.num_computed_tokens, len(block_ids) * self.vllm_block)
+        full = computed // self.block_tokens
+        if full <= hits or self.conn.get() is None:
+            return False, None
+        tokens = list(request.all_token_ids[:full * self.block_tokens])
+        self._saves.append(_Save(req_id=request.request_id, token_ids=tokens,
+                                 block_ids=list(block_ids[:full * self.ratio])))
+        return True, None  # vLLM frees the blocks once get_finished() reports the save
+
+    # ---------------------------------------------------------------- worker
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        from vllm.model_executor.models.utils import extract_layer_index
+
+        names = sorted(kv_caches, key=extract_layer_index)
+        if len(names) != self.layout.layers:
+            raise ValueError(f"kvtier.vllm: {len(names)} KV cache tensors for a layout of "
+                             f"{self.layout.layers} layers")
+        self._layers = [self._paged_view(kv_caches[n], n) for n in names]
+        self._saver = ThreadPoolExecutor(1, thread_name_prefix="kvtier-save")
+
+    def _paged_view(self, t: torch.Tensor, name: str) -> torch.Tensor:
+        """One layer's paged cache as [blocks, 2 (K, V), r, n, kv_heads, head_dim].
+
+        A vLLM block of ``vllm_block`` tokens is r kernel blocks of n tokens.
+        """
+        heads, dim, bs = self.layout.kv_heads, self.layout.head_dim, self.vllm_block
+        if t.dim() == 4 and t.shape[1] == heads and t.shape[3] == 2 * dim:
+            # CPU_ATTN: [kernel blocks, H, n, 2*D], each head's n rows of K then n of V.
+            n = t.shape[2]
+            if t.is_contiguous() and bs % n == 0:
+                r = bs // n
+                return t.view(-1, r, heads, 2, n, dim).permute(0, 3, 1, 4, 2, 5)
+        if t.dim() == 5 and t.shape[0] == 2 and t.shape[3:] == (heads, dim):
+            # FlashAttention and friends: [2, kernel blocks, n, H, D] (any strides).
+            n = t.shape[2]
+            if bs % n == 0:
+                r = bs // n
+                return t.unflatten(1, (-1, r)).permute(1, 0, 2, 3, 4, 5)
+        raise ValueError(f"kvtier.vllm: layer {name}: a KV cache of shape {tuple(t.shape)} "
+                         f"is not a layout this connector reads (kv_heads {heads}, head size "
+                         f"{dim}, block size {bs})")
+
+    def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, KvtierConnectorMetadata)
+        for load in meta.loads:
+            self._load(load)
+
+    def _load(self, load: _Load) -> None:
+        T, r = self.block_tokens, self.ratio
+        first_kb = load.first_token // T
+        last_kb = len(load.token_ids) // T  # exclusive
+        # vLLM blocks to fill: those of the kvtier blocks, less the computed ones.
+        want = list(range(load.first_token // self.vllm_block, last_kb * r))
+
+        def load_blocks(client: Client) -> int:
+            keys = client.block_keys(load.token_ids)[first_kb:last_kb]
+            with client.acquire(keys, tier=self.settings.tier) as lease:
+                if len(lease):
+                    self._copy_in(lease, len(lease), first_kb, load)
+                return len(lease)
+
+        n = self._call("load", load_blocks) or 0
+        got = [v for v in want if v < (first_kb + n) * r]
+        failed = [load.block_ids[v] for v in want[len(got):]]
+        self.counters["loaded_blocks"] += len(got)
+        if failed:
+            self.counters["load_failed_blocks"] += len(failed)
+            logger.warning("kvtier: request %s: %d of %d blocks not loaded from kvtierd; vLLM "
+                           "recomputes them", load.req_id, len(failed), len(want))
+            self._load_errors.update(failed)
+
+    def _call(self, what: str, fn: Any) -> Any:
+        """fn(client), or None when kvtierd cannot be reached or the call fails.
+
+        A session that broke since its last call (kvtierd restarted) is made
+        again once, at once, so the first call after a restart is not lost.
+        """
+        for attempt in (0, 1):
+            client = self.conn.get()
+            if client is None:
+                return None
+            try:
+                return fn(client)
+            except UnavailableError as e:
+                self.conn.failed(what, e)
+                if attempt == 0:
+                    self.conn.retry_now()
+            except Error as e:
+                self.conn.failed(what, e)
+                return None
+        return None
+
+    def _copy_in(self, lease: Any, n: int, first_kb: int, load: _Load) -> None:
+        """Copies the lease's n blocks into the request's vLLM blocks, one index_put per layer."""
+        r, bs = self.ratio, self.vllm_block
+        device = self._layers[0].device
+        L, _, T, H, D = self.layout.block_shape
+        dtype = self._layers[0].dtype
+        src = torch.stack([torch.from_dlpack(lease[i]) for i in range(n)])
+        src = src.view(dtype).view(n, L, 2, r, bs, H, D).to(device, non_blocking=True)
+        # vLLM blocks of these kvtier blocks; those computed already keep their bytes.
+        skip = load.first_token // bs - first_kb * r
+        ids = torch.tensor(load.block_ids[first_kb * r:(first_kb + n) * r][skip:],
+                           device=device)
+        for layer, dst in enumerate(self._layers):
+            # [n, 2, r, bs, H, D] -> [n * r, 2, bs, H, D] -> dst's [blocks, 2, r', n', H, D]
+            part = src[:, layer].transpose(1, 2).reshape(n * r, 2, bs, H, D)[skip:]
+            dst[ids] = part.unflatten(2, dst.shape[2:4])
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return  # start_load_kv loads every layer before the forward
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
+                      attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
+        return  # a finished request's blocks are saved whole, off the forward
+
+    def wait_for_save(self) -> None:
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, KvtierConnectorMetadata)
+        for save in meta.saves:
+            assert self._saver is not None
+            self._saving[save.req_id] = self._saver.submit(self._save, save)
+
+    def _save(self, save: _Save) -> None:
+        """Off the forward's thread: allocate slots, copy the blocks in, commit."""
+
+        def store(client: Client) -> int:
+            # The whole chain: blocks cached already come back EXISTS, copied by no one.
+            keys = client.block_keys(save.token_ids)
+            with client.allocate(keys, tier=self.settings.tier) as write:
+                todo = write.allocated
+                if todo:
+                    self._copy_out(write, todo, save)
+                write.commit()
+            if self.settings.retention_priority is not None:
+                client.set_retention(keys, [Retention(
+                    0, len(keys) * self.block_tokens, self.settings.retention_priority,
+                    self.settings.retention_duration_ms)])
+            return len(todo)
+
+        try:
+            stored = self._call(f"store of request {save.req_id}", store)
+            if stored is None:
+                self.counters["save_failures"] += 1
+            else:
+                self.counters["saved_blocks"] += stored
+        except Exception:  # never leave vLLM waiting for blocks to be freed
+            self.counters["save_failures"] += 1
+            logger.exception("kvtier: store of request %s failed", save.req_id)
+        finally:
+            with self._saved_lock:
+                self._saved.add(save.req_id)
+
+    def _copy_out(self, write: Any, todo: list[int], save: _Save) -> None:
+        """Gathers the blocks of the slots to fill, one index per layer, then one copy per slot."""
+        r, bs = self.ratio, self.vllm_block
+        L, _, T, H, D = self.layout.block_shape
+        n = len(todo)
+        ids = torch.tensor([save.block_ids[i * r + j] for i in todo for j in range(r)],
+                           device=self._layers[0].device)
+        staged = torch.empty((n, L, 2, r, bs, H, D), dtype=self._layers[0].dtype,
+                             device=self._layers[0].device)
+        for layer, src in enumerate(self._layers):
+            part = src[ids]  # [n * r, 2, r', n', H, D]
+            staged[:, layer] = part.reshape(n, r, 2, bs, H, D).transpose(1, 2)
+        staged = staged.cpu() if self.settings.tier == Tier.HOST else staged
+        for k, i in enumerate(todo):
+            slot = torch.from_dlpack(write[i]).view(staged.dtype)
+            slot.copy_(staged[k].reshape(-1))
+            del slot
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        with self._saved_lock:
+            done, self._saved = self._saved, set()
+        for req_id in done:
+            self._saving.pop(req_id, None)
+        return (done or None), None
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    def shutdown(self) -> None:
+        if self._saver is not None:
+            self._saver.shutdown(wait=True)
+        self.conn.close()

@@ -1,0 +1,96 @@
+"""A real vLLM engine (CPU build) driven line by line, for test_vllm.py.
+
+    python vllm_engine.py MODEL_DIR CONFIG_JSON
+
+Writes a tiny Llama (a config and seeded random weights, no tokenizer) to MODEL_DIR,
+starts vllm.LLM with CONFIG_JSON's engine arguments, prints ``@@ready``, then
+reads one JSON command per line on stdin and answers one line on stdout, ``@@``
+and JSON (vLLM logs to stdout too: a reader keeps the lines that start with @@):
+
+    {"prompt": [ids], "max_tokens": 8}   -> {"tokens": [...], "logprobs": [...],
+                                             "cached": n, "elapsed_s": t}
+    {"wait_committed": n, "socket": s}   -> {"committed": m}   (kvtierd's committed
+                                             blocks reach n: the asynchronous stores landed)
+
+vLLM's engine core runs in processes of its own, hence a script with a main
+guard rather than code in the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+# initializer_range 0.1: weights large enough that every logit depends on the
+# K and V of the whole prompt (vLLM's dummy weights are too small for that).
+TINY = dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+            initializer_range=0.1)
+
+
+def write_model(path: str, config: dict, seed: int = 0) -> None:
+    """A Llama made from `config` with seeded random weights, saved as safetensors."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if os.path.exists(os.path.join(path, "model.safetensors")):
+        return
+    torch.manual_seed(seed)
+    LlamaForCausalLM(LlamaConfig(**config)).save_pretrained(path)
+
+
+def committed(socket: str) -> int:
+    import kvtier
+
+    with kvtier.Client("probe", kvtier.Layout(1, 1, 32, "fp16", 16), socket=socket,
+                       map_arenas=False) as c:
+        return int(c.stats()["committed_blocks"])
+
+
+def main() -> None:
+    model_dir, engine = sys.argv[1], json.loads(sys.argv[2])
+    config = engine.pop("model_config", TINY)
+    if engine.get("load_format") == "dummy":  # benchmarks: random weights made by vLLM
+        from transformers import LlamaConfig
+
+        LlamaConfig(**config).save_pretrained(model_dir)
+    else:
+        write_model(model_dir, config)
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    args = dict(model=model_dir, skip_tokenizer_init=True, dtype="float32",
+                max_model_len=2048, enforce_eager=True, seed=0, gpu_memory_utilization=0.3)
+    args.update(engine)
+    llm = LLM(**args)
+    print("@@ready", flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if "wait_committed" in cmd:
+            deadline = time.monotonic() + 60
+            n = committed(cmd["socket"])
+            while n < cmd["wait_committed"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+                n = committed(cmd["socket"])
+            print("@@" + json.dumps({"committed": n}), flush=True)
+            continue
+        params = SamplingParams(temperature=0, max_tokens=cmd.get("max_tokens", 8), logprobs=1,
+                                detokenize=False)
+        start = time.perf_counter()
+        out = llm.generate([TokensPrompt(prompt_token_ids=cmd["prompt"])], params,
+                           use_tqdm=False)[0]
+        elapsed = time.perf_counter() - start
+        gen = out.outputs[0]
+        logprobs = [lp[t].logprob for t, lp in zip(gen.token_ids, gen.logprobs or [])]
+        print("@@" + json.dumps({"tokens": list(gen.token_ids), "logprobs": logprobs,
+                          "cached": out.num_cached_tokens, "elapsed_s": elapsed}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
