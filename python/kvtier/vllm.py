@@ -14,10 +14,12 @@ prefill skips them. When a request finishes, its new full blocks (prompt and
 output) are stored, asynchronously: vLLM frees the request's blocks once the
 worker reports the save done.
 
-Worker side: the leased blocks are copied from kvtierd's shared host arena
-(or its GPU arena, ``"tier": "device"``) into vLLM's paged KV tensors before
-the forward, and a finished request's blocks are copied into slots allocated
-in kvtierd and committed. Copies are batched torch indexing, one per layer.
+Worker side: the leased blocks are staged out of kvtierd's shared host arena
+(or its GPU arena, ``"tier": "device"``) before the forward and copied into
+vLLM's paged KV tensors layer by layer, as each attention layer asks for its
+own; a finished request's blocks are copied into slots allocated in kvtierd
+and committed, on a thread of their own. Copies are batched torch indexing,
+one per layer.
 A block that could not be loaded is reported to vLLM, which recomputes it:
 the connector never serves a wrong block, and a missing kvtierd only means
 misses (with one log line), never a failed request.
@@ -55,7 +57,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -141,6 +143,16 @@ class _Save:
     req_id: str
     token_ids: list[int]  # a whole number of kvtier blocks
     block_ids: list[int]  # the request's vLLM blocks, from its first
+
+
+@dataclass
+class _Staged:
+    """A load of this step: its blocks' bytes, out of the arena, waiting for their layers."""
+
+    src: torch.Tensor  # [blocks, layers, 2, r, vLLM block tokens, kv_heads, head_dim]
+    skip: int  # leading vLLM blocks of the first kvtier block that vLLM had already
+    block_ids: list[int]  # the vLLM blocks written
+    ids: torch.Tensor  # the same, on the KV cache's device
 
 
 @dataclass
@@ -310,13 +322,17 @@ class KvtierConnector(KVConnectorBase_V1):
                                 map_arenas=is_worker)
         # Scheduler state.
         self._hits: dict[str, int] = {}  # request -> kvtier blocks cached at lookup
+        self._local: dict[str, int] = {}  # request -> tokens of vLLM's own hit at lookup
         self._loads: dict[str, _Load] = {}
         self._saves: list[_Save] = []
         # Worker state.
         self._layers: list[torch.Tensor] = []  # per layer: [blocks, 2, ratio', tokens', H, D]
+        self._layer_index: dict[str, int] = {}
+        self._layerwise = True  # copy each layer when its attention asks (wait_for_layer_load)
+        self._staged: list[_Staged] = []  # this step's loads, staged
+        self._copied: set[int] = set()  # layers of this step copied already
         self._load_errors: set[int] = set()
         self._saver: Optional[ThreadPoolExecutor] = None
-        self._saving: dict[str, Future] = {}
         self._saved: set[str] = set()
         self._saved_lock = threading.Lock()
         self.counters = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
@@ -341,13 +357,15 @@ class KvtierConnector(KVConnectorBase_V1):
             return 0, False
         self.counters["lookups"] += 1
         self._hits[request.request_id] = hits
+        # update_state_after_alloc comes before vLLM sets request.num_computed_tokens.
+        self._local[request.request_id] = num_computed_tokens
         return max(0, hits * self.block_tokens - num_computed_tokens), False
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
                                  num_external_tokens: int) -> None:
+        computed = self._local.pop(request.request_id, 0)
         if num_external_tokens <= 0:
             return
-        computed = request.num_computed_tokens
         end = computed + num_external_tokens
         self.counters["hit_tokens"] += num_external_tokens
         self._loads[request.request_id] = _Load(
@@ -363,6 +381,7 @@ class KvtierConnector(KVConnectorBase_V1):
     def request_finished(self, request: "Request",
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         hits = self._hits.pop(request.request_id, 0)
+        self._local.pop(request.request_id, None)
         self._loads.pop(request.request_id, None)
         # Tokens whose K and V are in vLLM's blocks: all but the last sampled one.
         computed = min(request.num_computed_tokens, len(block_ids) * self.vllm_block)
@@ -384,6 +403,7 @@ class KvtierConnector(KVConnectorBase_V1):
             raise ValueError(f"kvtier.vllm: {len(names)} KV cache tensors for a layout of "
                              f"{self.layout.layers} layers")
         self._layers = [self._paged_view(kv_caches[n], n) for n in names]
+        self._layer_index = {n: i for i, n in enumerate(names)}
         self._saver = ThreadPoolExecutor(1, thread_name_prefix="kvtier-save")
 
     def _paged_view(self, t: torch.Tensor, name: str) -> torch.Tensor:
@@ -409,26 +429,45 @@ class KvtierConnector(KVConnectorBase_V1):
                          f"{dim}, block size {bs})")
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
+        """Acquires the step's blocks and stages their bytes; the layers follow.
+
+        Each layer is copied into vLLM's blocks when its attention asks for it
+        (wait_for_layer_load), so on a GPU the copies of later layers overlap
+        the compute of earlier ones. An engine that never asks (a backend
+        without the hook) has its blocks reported as failed at the end of the
+        step, so they are recomputed, never read half-copied; from then on
+        every layer is copied here, before the forward.
+        """
         meta = self._get_connector_metadata()
         assert isinstance(meta, KvtierConnectorMetadata)
-        for load in meta.loads:
-            self._load(load)
+        self._staged = [staged for load in meta.loads
+                        if (staged := self._load(load)) is not None]
+        self._copied = set()
+        if not self._layerwise:
+            for layer in range(len(self._layers)):
+                self._copy_layer(layer)
 
-    def _load(self, load: _Load) -> None:
-        T, r = self.block_tokens, self.ratio
+    def _load(self, load: _Load) -> Optional[_Staged]:
+        """Acquires a request's kvtier blocks and stages their bytes (one copy out of the arena)."""
+        T, r, bs = self.block_tokens, self.ratio, self.vllm_block
         first_kb = load.first_token // T
         last_kb = len(load.token_ids) // T  # exclusive
         # vLLM blocks to fill: those of the kvtier blocks, less the computed ones.
-        want = list(range(load.first_token // self.vllm_block, last_kb * r))
+        want = list(range(load.first_token // bs, last_kb * r))
+        L, _, _, H, D = self.layout.block_shape
+        device, dtype = self._layers[0].device, self._layers[0].dtype
 
-        def load_blocks(client: Client) -> int:
+        def stage(client: Client) -> Optional[torch.Tensor]:
             keys = client.block_keys(load.token_ids)[first_kb:last_kb]
             with client.acquire(keys, tier=self.settings.tier) as lease:
-                if len(lease):
-                    self._copy_in(lease, len(lease), first_kb, load)
-                return len(lease)
+                n = len(lease)
+                if not n:
+                    return None
+                src = torch.stack([torch.from_dlpack(lease[i]) for i in range(n)])
+            return src.view(dtype).view(n, L, 2, r, bs, H, D).to(device, non_blocking=True)
 
-        n = self._call("load", load_blocks) or 0
+        src = self._call("load", stage)
+        n = 0 if src is None else src.shape[0]
         got = [v for v in want if v < (first_kb + n) * r]
         failed = [load.block_ids[v] for v in want[len(got):]]
         self.counters["loaded_blocks"] += len(got)
@@ -437,6 +476,27 @@ class KvtierConnector(KVConnectorBase_V1):
             logger.warning("kvtier: request %s: %d of %d blocks not loaded from kvtierd; vLLM "
                            "recomputes them", load.req_id, len(failed), len(want))
             self._load_errors.update(failed)
+        if src is None:
+            return None
+        # vLLM blocks of these kvtier blocks; those computed already keep their bytes.
+        skip = load.first_token // bs - first_kb * r
+        ids = [load.block_ids[v] for v in got]
+        return _Staged(src=src, skip=skip, block_ids=ids,
+                       ids=torch.tensor(ids, device=device))
+
+    def _copy_layer(self, layer: int) -> None:
+        """Copies one layer of every staged block into vLLM's blocks: one index_put each."""
+        if layer in self._copied:
+            return
+        self._copied.add(layer)
+        dst = self._layers[layer]
+        r, bs = self.ratio, self.vllm_block
+        _, _, _, H, D = self.layout.block_shape
+        for st in self._staged:
+            n = st.src.shape[0]
+            # [n, 2, r, bs, H, D] -> [n * r, 2, bs, H, D] -> dst's [blocks, 2, r', n', H, D]
+            part = st.src[:, layer].transpose(1, 2).reshape(n * r, 2, bs, H, D)[st.skip:]
+            dst[st.ids] = part.unflatten(2, dst.shape[2:4])
 
     def _call(self, what: str, fn: Any) -> Any:
         """fn(client), or None when kvtierd cannot be reached or the call fails.
@@ -459,36 +519,33 @@ class KvtierConnector(KVConnectorBase_V1):
                 return None
         return None
 
-    def _copy_in(self, lease: Any, n: int, first_kb: int, load: _Load) -> None:
-        """Copies the lease's n blocks into the request's vLLM blocks, one index_put per layer."""
-        r, bs = self.ratio, self.vllm_block
-        device = self._layers[0].device
-        L, _, T, H, D = self.layout.block_shape
-        dtype = self._layers[0].dtype
-        src = torch.stack([torch.from_dlpack(lease[i]) for i in range(n)])
-        src = src.view(dtype).view(n, L, 2, r, bs, H, D).to(device, non_blocking=True)
-        # vLLM blocks of these kvtier blocks; those computed already keep their bytes.
-        skip = load.first_token // bs - first_kb * r
-        ids = torch.tensor(load.block_ids[first_kb * r:(first_kb + n) * r][skip:],
-                           device=device)
-        for layer, dst in enumerate(self._layers):
-            # [n, 2, r, bs, H, D] -> [n * r, 2, bs, H, D] -> dst's [blocks, 2, r', n', H, D]
-            part = src[:, layer].transpose(1, 2).reshape(n * r, 2, bs, H, D)[skip:]
-            dst[ids] = part.unflatten(2, dst.shape[2:4])
-
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # start_load_kv loads every layer before the forward
+        if self._staged:
+            layer = self._layer_index.get(layer_name)
+            if layer is not None:
+                self._copy_layer(layer)
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
                       attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
         return  # a finished request's blocks are saved whole, off the forward
 
     def wait_for_save(self) -> None:
+        if self._staged and len(self._copied) < len(self._layers):
+            # The forward ran without asking for some layers: what it read there
+            # was not kvtier's. Report the blocks, so that vLLM recomputes them.
+            missed = sorted(set(range(len(self._layers))) - self._copied)
+            logger.warning("kvtier: vLLM ran layers %s without waiting for their load; the "
+                           "loaded blocks are recomputed, and from now on every layer is "
+                           "loaded before the forward", missed)
+            for st in self._staged:
+                self._load_errors.update(st.block_ids)
+            self._layerwise = False
+        self._staged = []
         meta = self._get_connector_metadata()
         assert isinstance(meta, KvtierConnectorMetadata)
         for save in meta.saves:
             assert self._saver is not None
-            self._saving[save.req_id] = self._saver.submit(self._save, save)
+            self._saver.submit(self._save, save)
 
     def _save(self, save: _Save) -> None:
         """Off the forward's thread: allocate slots, copy the blocks in, commit."""
@@ -541,8 +598,6 @@ class KvtierConnector(KVConnectorBase_V1):
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         with self._saved_lock:
             done, self._saved = self._saved, set()
-        for req_id in done:
-            self._saving.pop(req_id, None)
         return (done or None), None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
@@ -552,4 +607,12 @@ class KvtierConnector(KVConnectorBase_V1):
     def shutdown(self) -> None:
         if self._saver is not None:
             self._saver.shutdown(wait=True)
+        c = self.counters
+        if self._role == KVConnectorRole.SCHEDULER:
+            logger.info("kvtier: %d lookups, %d prompt tokens found in kvtierd", c["lookups"],
+                        c["hit_tokens"])
+        else:
+            logger.info("kvtier: %d blocks loaded (%d failed, recomputed), %d stored (%d "
+                        "stores failed)", c["loaded_blocks"], c["load_failed_blocks"],
+                        c["saved_blocks"], c["save_failures"])
         self.conn.close()

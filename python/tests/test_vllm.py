@@ -73,10 +73,15 @@ class Engine:
     def generate(self, prompt: List[int], max_tokens: int = 8) -> Dict[str, Any]:
         return self._ask({"prompt": prompt, "max_tokens": max_tokens})
 
-    def wait_committed(self, socket: str, blocks: int) -> None:
-        """Waits until kvtierd has committed `blocks` blocks (the asynchronous stores)."""
+    def wait_committed(self, socket: str, blocks: int) -> int:
+        """Waits until kvtierd has committed `blocks` blocks (the asynchronous stores);
+        returns how many it has."""
         got = self._ask({"wait_committed": blocks, "socket": socket})["committed"]
         assert got >= blocks, f"kvtierd committed {got} blocks, expected {blocks}"
+        return int(got)
+
+    def reset_prefix_cache(self) -> None:
+        assert self._ask({"reset_prefix_cache": True})["reset"]
 
     def log(self) -> str:
         return "".join(self.lines[-200:])
@@ -145,10 +150,13 @@ def test_same_greedy_output_and_the_prefix_is_loaded(start_daemon, model_dir, ba
     finally:
         engine.close()
     assert "attached to kvtierd" in engine.log()
+    # vLLM asked for each layer before its attention: the loads went layer by layer.
+    assert "without waiting for their load" not in engine.log()
 
 
-def test_reuse_across_two_vllm_processes(start_daemon, model_dir, baseline, tmp_path) -> None:
-    d = start_daemon()
+def test_reuse_across_vllm_processes_and_failed_loads_recompute(start_daemon, model_dir,
+                                                                baseline, tmp_path) -> None:
+    d = start_daemon("--device", "off")
     first = Engine(model_dir, tmp_path / "first.log", **connector(d.socket))
     try:
         assert first.generate(P1)["cached"] == 0
@@ -163,6 +171,37 @@ def test_reuse_across_two_vllm_processes(start_daemon, model_dir, baseline, tmp_
         assert_same_output(out, baseline["P2"])
     finally:
         second.close()
+    # A third that loads from the device tier, which this kvtierd does not have: the
+    # lookup finds the 4 blocks, every load fails, and vLLM recomputes them.
+    third = Engine(model_dir, tmp_path / "third.log", **connector(d.socket, tier="device"))
+    try:
+        out = third.generate(P2)
+        assert_same_output(out, baseline["P2"])
+        assert "4 of 4 blocks not loaded from kvtierd; vLLM recomputes them" in third.log()
+    finally:
+        third.close()
+
+
+def test_kvtier_blocks_of_two_vllm_blocks_after_a_local_hit(start_daemon, model_dir, baseline,
+                                                           tmp_path) -> None:
+    """block_tokens 256: each kvtier block fills two vLLM blocks; a vLLM block that
+    vLLM's own prefix cache holds already is left as it is."""
+    d = start_daemon()
+    engine = Engine(model_dir, tmp_path / "vllm.log", **connector(d.socket, block_tokens=256))
+    try:
+        assert engine.generate(P1)["cached"] == 0
+        engine.wait_committed(d.socket, 2)  # 610 tokens computed: 2 blocks of 256
+        engine.reset_prefix_cache()
+        # A prompt sharing one vLLM block (128 tokens) with P1, and no kvtier block.
+        q = PREFIX[:128] + OTHER[:200]
+        assert engine.generate(q)["cached"] == 0
+        # P2: vLLM has its first 128 tokens, kvtierd the first 512; 384 are loaded,
+        # from the middle of the first kvtier block on.
+        out = engine.generate(P2)
+        assert out["cached"] == 4 * BLOCK
+        assert_same_output(out, baseline["P2"])
+    finally:
+        engine.close()
 
 
 def test_daemon_stopped_while_vllm_runs(start_daemon, model_dir, baseline, tmp_path) -> None:

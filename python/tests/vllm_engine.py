@@ -11,6 +11,7 @@ and JSON (vLLM logs to stdout too: a reader keeps the lines that start with @@):
                                              "cached": n, "elapsed_s": t}
     {"wait_committed": n, "socket": s}   -> {"committed": m}   (kvtierd's committed
                                              blocks reach n: the asynchronous stores landed)
+    {"reset_prefix_cache": true}         -> {"reset": ok}  (empties vLLM's own prefix cache)
 
 vLLM's engine core runs in processes of its own, hence a script with a main
 guard rather than code in the test process.
@@ -72,6 +73,9 @@ def main() -> None:
     print("@@ready", flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
+        if "reset_prefix_cache" in cmd:
+            print("@@" + json.dumps({"reset": llm.reset_prefix_cache()}), flush=True)
+            continue
         if "wait_committed" in cmd:
             deadline = time.monotonic() + 60
             n = committed(cmd["socket"])
