@@ -9,7 +9,8 @@
 #   - kvtier itself: pip install ./python, built against the pinned
 #     scikit-build-core and nanobind of that environment (no build isolation,
 #     so nothing unpinned is fetched).
-# Idempotent: a second run installs only what changed.
+# Idempotent: a second run installs only the requirements that changed, and
+# kvtier again (built incrementally in python/build/).
 #
 #   scripts/python-env.sh            # then: .venv/bin/python -c "import kvtier"
 set -euo pipefail
@@ -29,5 +30,5 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "${pip[@]}" install -q --no-deps -r python/requirements.txt
   echo "$want" >"$stamp"
 fi
-"${pip[@]}" install -q --no-build-isolation --no-deps ./python
+"${pip[@]}" install -q --no-build-isolation --no-deps --force-reinstall ./python
 "$venv/bin/python" -c "import kvtier, kvtier.hf; print('python-env.sh: kvtier', kvtier.__version__, 'in $venv')"

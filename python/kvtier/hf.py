@@ -17,7 +17,7 @@ loads its K and V for every layer into a fresh ``DynamicCache``, lets
 new full blocks. The same steps by hand, for a forward loop of your own::
 
     past, cached = cache.load(input_ids)             # cached < len(prompt)
-    out = model(input_ids[:, cached:], cache=past, use_cache=True)   # past_key_values= before 5.x
+    out = model(input_ids[:, cached:], use_cache=True, **{cache.cache_kwarg: past})
     cache.store(input_ids, past)
 
 The namespace is the model id, dtype and layout (layers, KV heads, head
@@ -112,7 +112,8 @@ class PrefixCache:
         self.client = client
         self._dtype = model.dtype
         # The keyword that hands a cache to this model's forward() and
-        # generate(): "cache" since transformers 5.x, "past_key_values" before.
+        # generate(): "cache" in newer transformers (5.24 has it), "past_key_values"
+        # in older ones (5.19, the newest vLLM 0.32 accepts, has not).
         self.cache_kwarg = (
             "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         )

@@ -107,7 +107,7 @@ def test_generation_with_kvtier_gives_the_same_tokens(daemon, dtype):
             full = model(ids).logits[0, -1].float()
             past, cached = cache.load(ids)
             assert cached == (ids.shape[1] - 1) // 16 * 16
-            rest = model(ids[:, cached:], cache=past, use_cache=True).logits[0, -1]
+            rest = model(ids[:, cached:], use_cache=True, **{cache.cache_kwarg: past}).logits[0, -1]
         assert torch.allclose(rest.float(), full, atol=LOGIT_TOLERANCE[dtype], rtol=0)
 
 
