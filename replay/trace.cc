@@ -23,6 +23,21 @@ Status Bad(const std::string& path, const std::string& where, const std::string&
   return InvalidArgumentError(path + (where.empty() ? "" : ":" + where) + ": " + what);
 }
 
+Status ReadRequest(const json& j, const std::string& path, const std::string& where, bool mooncake,
+                   double time_offset_s, uint32_t file, int depth, std::vector<TraceRequest>* out);
+
+// A sub-agent's conversation: kv-cache-tester requests sharing the file's id
+// space, their times relative to `start_s`.
+Status ReadSubAgent(const json& requests, const std::string& path, const std::string& where,
+                    double start_s, uint32_t file, int depth, std::vector<TraceRequest>* out) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    KVTIER_RETURN_IF_ERROR(ReadRequest(requests[i], path,
+                                       where + "/requests[" + std::to_string(i) + "]", false,
+                                       start_s, file, depth + 1, out));
+  }
+  return Status::Ok();
+}
+
 // Reads a request object of either format's field names.
 Status ReadRequest(const json& j, const std::string& path, const std::string& where, bool mooncake,
                    double time_offset_s, uint32_t file, int depth, std::vector<TraceRequest>* out) {
@@ -30,6 +45,16 @@ Status ReadRequest(const json& j, const std::string& path, const std::string& wh
   if (depth > kMaxSubAgentDepth) {
     return Bad(path, where,
                "sub-agents nested deeper than " + std::to_string(kMaxSubAgentDepth) + " levels");
+  }
+  // kv-cache-tester's sub-agent entry: its own start "t" and "requests", and no
+  // request of its own (no "in", no "hash_ids").
+  if (!mooncake && !j.contains("in") && !j.contains("hash_ids") && j.contains("t") &&
+      j["t"].is_number() && j.contains("requests") && j["requests"].is_array()) {
+    const double start_s = time_offset_s + j["t"].get<double>();
+    if (!(std::abs(start_s) <= kMaxAbsTimeS)) {
+      return Bad(path, where, "time is not within 1e9 s of the trace's start");
+    }
+    return ReadSubAgent(j["requests"], path, where, start_s, file, depth, out);
   }
   TraceRequest r;
   r.file = file;
@@ -53,14 +78,10 @@ Status ReadRequest(const json& j, const std::string& path, const std::string& wh
     r.ids.push_back(id.get<uint64_t>());
   }
   out->push_back(std::move(r));
-  // A sub-agent: a nested conversation sharing this file's id space, its
-  // times relative to the request that spawned it.
+  // A request that spawned a sub-agent carries its conversation, timed from
+  // the request.
   if (j.contains("requests") && j["requests"].is_array()) {
-    for (size_t i = 0; i < j["requests"].size(); ++i) {
-      KVTIER_RETURN_IF_ERROR(ReadRequest(j["requests"][i], path,
-                                         where + "/requests[" + std::to_string(i) + "]", false,
-                                         out->back().time_s, file, depth + 1, out));
-    }
+    return ReadSubAgent(j["requests"], path, where, out->back().time_s, file, depth, out);
   }
   return Status::Ok();
 }

@@ -32,6 +32,9 @@ struct Trace {
 // JSON object with "requests": kv-cache-tester; one object per line:
 // Mooncake, whose blocks are 512 tokens). Files of different block sizes
 // cannot be mixed. Requests of several files are merged by time.
+// kv-cache-tester sub-agents, an entry with its own "t" and "requests" and no
+// "in"/"hash_ids" (or "requests" nested in a request), are read in their
+// file's id space, each request at the sub-agent's start + its own "t".
 // InvalidArgument names the file and line of anything malformed, including
 // a block size of 0, a time beyond 1e9 s and sub-agents nested more than 64
 // deep (any input file gives a clear error; none exhausts the stack).

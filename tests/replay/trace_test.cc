@@ -53,6 +53,32 @@ TEST_F(TraceTest, ReadsKvCacheTesterWithNestedSubAgents) {
   EXPECT_EQ(t->requests[2].ids, (std::vector<uint64_t>{9}));
 }
 
+// kv-cache-tester's recorded sessions: a sub-agent is an entry of its own,
+// with a start time and requests timed from it, and no "in" or "hash_ids".
+TEST_F(TraceTest, ReadsKvCacheTesterSubAgentEntries) {
+  const auto p = Write("s.json", R"({"block_size":64,"requests":[
+          {"t":1.0,"in":128,"out":3,"hash_ids":[1,2]},
+          {"t":2.0,"type":"subagent","requests":[
+             {"t":0.25,"in":64,"out":1,"hash_ids":[1,5]},
+             {"t":0.5,"requests":[{"t":0.125,"in":64,"out":1,"hash_ids":[6]}]}]},
+          {"t":4.0,"in":192,"out":1,"hash_ids":[1,2,3]}]})");
+  auto t = ReadTraces(std::vector<std::string>{p});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->requests.size(), 4u);               // the sub-agent entries are not requests
+  EXPECT_DOUBLE_EQ(t->requests[1].time_s, 2.25);   // its start + its own t
+  EXPECT_DOUBLE_EQ(t->requests[2].time_s, 2.625);  // nested: 2 + 0.5 + 0.125
+  EXPECT_EQ(t->requests[1].ids, (std::vector<uint64_t>{1, 5}));  // the parent's id space
+  EXPECT_EQ(t->requests[1].file, t->requests[0].file);
+  EXPECT_EQ(t->block_refs, 8u);
+  // An entry with neither a request's fields nor a sub-agent's is still refused.
+  auto bad = ReadTraces(std::vector<std::string>{
+      Write("b.json", R"({"block_size":64,"requests":[{"t":1.0,"requests":{}}]})")});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("b.json:requests[0]: a request needs t, in and hash_ids"),
+            std::string_view::npos)
+      << bad.status().ToString();
+}
+
 TEST_F(TraceTest, FilesGetTheirOwnIdSpaces) {
   const std::string body = R"({"block_size":64,"requests":[{"t":0,"in":64,"hash_ids":[7]}]})";
   const std::vector<std::string> files = {Write("a.json", body), Write("b.json", body)};
