@@ -3,6 +3,8 @@
 // policies x capacities, with Belady's OPT as the bound; prints a table and
 // writes CSV, JSON and an SVG plot on request. With --live, replays against
 // a running kvtierd instead (replay_live.cc).
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "client/cli/commands.h"
 #include "client/cli/replay_live.h"
+#include "eviction/eviction_policy.h"
 #include "replay/report.h"
 #include "replay/simulator.h"
 
@@ -46,7 +49,43 @@ std::string Title(const std::vector<std::string>& traces) {
   return name;
 }
 
+// The sweep's policies and capacities, checked before a trace is read.
+struct Sweep {
+  std::vector<std::string> policies;
+  std::vector<uint64_t> capacities;
+};
+
+Result<Sweep> ParseSweep(const ReplayOptions& o) {
+  Sweep sweep;
+  sweep.policies = Split(o.policies);
+  if (sweep.policies.empty()) return InvalidArgumentError("--policies: no policy given");
+  const auto names = eviction::PolicyNames();
+  for (const std::string& p : sweep.policies) {
+    if (p == "opt" || std::find(names.begin(), names.end(), p) != names.end()) continue;
+    std::string known = "opt";
+    for (std::string_view n : names) known += ", " + std::string(n);
+    return InvalidArgumentError("--policies: unknown policy \"" + p + "\" (known: " + known + ")");
+  }
+  for (const std::string& item : Split(o.capacity_blocks)) {
+    uint64_t blocks = 0;
+    const char* end = item.data() + item.size();
+    auto [ptr, ec] = std::from_chars(item.data(), end, blocks);
+    if (ec != std::errc() || ptr != end || blocks == 0) {
+      return InvalidArgumentError("--capacity-blocks: \"" + item +
+                                  "\" is not a whole number of blocks above 0");
+    }
+    sweep.capacities.push_back(blocks);
+  }
+  if (sweep.capacities.empty()) return InvalidArgumentError("--capacity-blocks: no capacity given");
+  return sweep;
+}
+
 int Run(const ReplayOptions& o) {
+  auto sweep = ParseSweep(o);
+  if (!o.live && !sweep) {
+    std::fprintf(stderr, "kvtier replay: %s\n", std::string(sweep.status().message()).c_str());
+    return 2;
+  }
   auto trace = replay::ReadTraces(o.traces);
   if (!trace) {
     std::fprintf(stderr, "kvtier replay: %s\n", std::string(trace.status().message()).c_str());
@@ -62,11 +101,13 @@ int Run(const ReplayOptions& o) {
                trace->requests.size(), static_cast<unsigned long long>(trace->block_refs),
                trace->block_tokens);
   std::vector<replay::SimResult> results;
-  for (const std::string& policy : Split(o.policies)) {
-    for (const std::string& cap : Split(o.capacity_blocks)) {
+  int failed = 0;
+  for (const std::string& policy : sweep->policies) {
+    for (const uint64_t blocks : sweep->capacities) {
+      const std::string cap = std::to_string(blocks);
       replay::SimConfig c;
       c.policy = policy;
-      c.host_blocks = std::stoull(cap);
+      c.host_blocks = blocks;
       c.device_blocks = o.device_blocks;
       c.ssd_blocks = o.ssd_blocks;
       c.block_bytes = o.block_bytes;
@@ -77,14 +118,16 @@ int Run(const ReplayOptions& o) {
         }
       });
       if (!o.quiet && trace->requests.size() > 10'000) std::fprintf(stderr, "\n");
-      if (!r) {
-        std::fprintf(stderr, "kvtier replay: %s: %s\n", policy.c_str(),
+      if (!r) {  // reported, and the other runs go on
+        std::fprintf(stderr, "kvtier replay: %s at %s blocks: %s\n", policy.c_str(), cap.c_str(),
                      std::string(r.status().message()).c_str());
-        return 1;
+        ++failed;
+        continue;
       }
       results.push_back(*r);
     }
   }
+  if (results.empty()) return 1;
   std::fputs(replay::FormatTable(results).c_str(), stdout);
   for (const auto& [path, text] :
        {std::pair{o.json, replay::FormatJson(results)},
@@ -96,7 +139,7 @@ int Run(const ReplayOptions& o) {
       return 1;
     }
   }
-  return 0;
+  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace

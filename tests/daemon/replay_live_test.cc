@@ -5,6 +5,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "daemon_harness.h"
 
@@ -29,6 +32,40 @@ TEST(ReplayLiveTest, MooncakeTraceAgainstTheDaemonReadsBackEveryByte) {
   EXPECT_NE(text.find("requests 3993"), std::string::npos) << text;
   EXPECT_NE(text.find("allocate+fill+commit"), std::string::npos) << text;
   EXPECT_TRUE(d->Alive());
+}
+
+// Runs the CLI; returns its exit status (-1 when it did not exit) and output.
+std::pair<int, std::string> RunCli(const std::string& args) {
+  FILE* out = ::popen((std::string(KVTIER_CLI_PATH) + " " + args + " 2>&1").c_str(), "r");
+  if (out == nullptr) return {-1, "popen failed"};
+  std::string text;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, out) != nullptr) text += buf;
+  const int status = ::pclose(out);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+}
+
+// Every flag of a sweep is checked before the trace is read: the trace named
+// here does not exist, and the error is about the flag.
+TEST(ReplayFlagsTest, BadSweepFlagsAreRefusedBeforeTheTraceIsRead) {
+  const std::string replay = "replay --quiet --trace /nonexistent/trace.json ";
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--capacity-blocks abc", "--capacity-blocks: \"abc\" is not a whole number"},
+           {"--capacity-blocks -5", "--capacity-blocks: \"-5\" is not a whole number"},
+           {"--capacity-blocks 100,0", "--capacity-blocks: \"0\" is not a whole number"},
+           {"--capacity-blocks 99999999999999999999", "\"99999999999999999999\" is not"},
+           {"--capacity-blocks ,", "--capacity-blocks: no capacity given"},
+           {"--policies lru,nope", "--policies: unknown policy \"nope\" (known: opt, lru"},
+       }) {
+    const auto [status, text] = RunCli(replay + flags);
+    EXPECT_EQ(status, 2) << flags << ": " << text;
+    EXPECT_NE(text.find(message), std::string::npos) << flags << ": " << text;
+    EXPECT_EQ(text.find("/nonexistent"), std::string::npos) << flags << ": " << text;
+  }
+  // Good flags get as far as the trace.
+  const auto [status, text] = RunCli(replay + "--capacity-blocks 10 --policies lru,opt");
+  EXPECT_EQ(status, 1) << text;
+  EXPECT_NE(text.find("cannot open trace /nonexistent/trace.json"), std::string::npos) << text;
 }
 
 }  // namespace
