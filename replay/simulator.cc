@@ -96,6 +96,7 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
 Result<SimResult> SimulateOpt(const Trace& trace, const SimConfig& c, const ProgressFn& progress) {
   // next_use[i]: the position of the next reference to the block referenced
   // at position i (positions count block references across the trace).
+  const double start = Now();  // refs/s counts the next-use pass too
   std::vector<uint64_t> next_use(trace.block_refs);
   {
     std::unordered_map<BlockKey, uint64_t, prefix_index::BlockKeyHash> later;
@@ -117,7 +118,6 @@ Result<SimResult> SimulateOpt(const Trace& trace, const SimConfig& c, const Prog
   std::set<std::pair<uint64_t, BlockKey>> by_next;                            // furthest last
   cached.reserve(pool * 2);
   SimResult out;
-  const double start = Now();
   const uint64_t every = std::max<uint64_t>(1, trace.requests.size() / 100);
   uint64_t pos = 0;
   for (const TraceRequest& r : trace.requests) {
