@@ -128,8 +128,14 @@ std::string FormatSvg(const std::vector<SimResult>& results, const std::string& 
     return kLeft + (v - llo) / (lhi - llo) * (kW - kLeft - kRight);
   };
   auto y = [&](double rate) { return kH - kBottom - rate * (kH - kTop - kBottom); };
+  // Each line its own colour and dash: 8 colours, then the same colours with
+  // the next dash pattern (32 distinct lines); opt keeps a dash of its own.
   static constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
                                             "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+  static constexpr const char* kDashes[] = {"", "2,3", "9,3,2,3", "1,5"};
+  auto dash_attr = [](const char* dash) {
+    return *dash == '\0' ? std::string() : std::string(" stroke-dasharray=\"") + dash + "\"";
+  };
   std::string s =
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" height=\"440\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n"
@@ -157,23 +163,28 @@ std::string FormatSvg(const std::vector<SimResult>& results, const std::string& 
   s += "<text transform=\"translate(18," + Fmt("%.1f", (kTop + kH - kBottom) / 2) +
        ") rotate(-90)\" text-anchor=\"middle\">token hit rate</text>\n";
   size_t color = 0;
+  size_t style = 0;  // lines other than opt
   for (auto& [policy, pts] : lines) {
     std::sort(pts.begin(), pts.end(), [](const SimResult* a, const SimResult* b) {
       return a->capacity_blocks < b->capacity_blocks;
     });
-    const char* c = kColors[color++ % std::size(kColors)];
+    const size_t i = policy == "opt" ? 0 : style++;
+    const char* c = policy == "opt" ? "#000000" : kColors[i % std::size(kColors)];
+    const std::string dash =
+        dash_attr(policy == "opt" ? "6,4" : kDashes[(i / std::size(kColors)) % std::size(kDashes)]);
+    ++color;
     std::string path;
     for (const SimResult* p : pts) {
       path += Fmt("%.1f", x(p->capacity_blocks)) + "," + Fmt("%.1f", y(p->token_hit_rate())) + " ";
       s += "<circle cx=\"" + Fmt("%.1f", x(p->capacity_blocks)) + "\" cy=\"" +
            Fmt("%.1f", y(p->token_hit_rate())) + "\" r=\"3\" fill=\"" + c + "\"/>\n";
     }
-    s += std::string("<polyline fill=\"none\" stroke=\"") + c + "\" stroke-width=\"2\"" +
-         (policy == "opt" ? " stroke-dasharray=\"6,4\"" : "") + " points=\"" + path + "\"/>\n";
+    s += std::string("<polyline fill=\"none\" stroke=\"") + c + "\" stroke-width=\"2\"" + dash +
+         " points=\"" + path + "\"/>\n";
     const double ly = kTop + 20.0 * static_cast<double>(color);
     s += "<line x1=\"" + Fmt("%.1f", kW - kRight + 15) + "\" x2=\"" +
          Fmt("%.1f", kW - kRight + 40) + "\" y1=\"" + Fmt("%.1f", ly) + "\" y2=\"" +
-         Fmt("%.1f", ly) + "\" stroke=\"" + c + "\" stroke-width=\"2\"/>\n<text x=\"" +
+         Fmt("%.1f", ly) + "\" stroke=\"" + c + "\" stroke-width=\"2\"" + dash + "/>\n<text x=\"" +
          Fmt("%.1f", kW - kRight + 46) + "\" y=\"" + Fmt("%.1f", ly + 4) + "\">" + policy +
          "</text>\n";
   }
