@@ -6,6 +6,7 @@
 // Trace's contract: requests in time order with finite times, block_refs
 // the sum of the ids, and the same file given twice reads as twice the
 // requests, each copy in its own id namespace.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -44,6 +45,28 @@ void FuzzTrace(const uint8_t* data, size_t size) {
   KVTIER_FUZZ_CHECK(twice->requests.size() == 2 * trace->requests.size());
   KVTIER_FUZZ_CHECK(twice->block_refs == 2 * trace->block_refs);
   KVTIER_FUZZ_CHECK(twice->block_tokens == trace->block_tokens);
+
+  // One after another: the same requests, the second file's none before the
+  // first's last (or a clear error when the two would run past 1e9 s).
+  auto after = ReadTraces(two, Combine::kConcat);
+  if (!after.ok()) {
+    KVTIER_FUZZ_CHECK(after.status().message().find("run past 1e9 s") != std::string_view::npos);
+    return;
+  }
+  CheckTrace(*after, 2);
+  KVTIER_FUZZ_CHECK(after->requests.size() == twice->requests.size());
+  KVTIER_FUZZ_CHECK(after->block_refs == twice->block_refs);
+  double first_end = -1e300;
+  bool second_seen = false;
+  for (const TraceRequest& r : after->requests) {
+    if (r.file == 0) {
+      KVTIER_FUZZ_CHECK(!second_seen);
+      first_end = std::max(first_end, r.time_s);
+    } else {
+      second_seen = true;
+      KVTIER_FUZZ_CHECK(r.time_s >= first_end);
+    }
+  }
 }
 
 }  // namespace

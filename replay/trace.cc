@@ -140,12 +140,29 @@ Status ReadFile(const std::string& path, uint32_t file, Trace* trace) {
 
 }  // namespace
 
-Result<Trace> ReadTraces(std::span<const std::string> paths) {
+Result<Trace> ReadTraces(std::span<const std::string> paths, Combine combine) {
   if (paths.empty()) return InvalidArgumentError("no trace files");
   Trace trace;
   try {
+    double end_s = 0;  // kConcat: where the files read so far ended
     for (size_t f = 0; f < paths.size(); ++f) {
+      const size_t first = trace.requests.size();
       KVTIER_RETURN_IF_ERROR(ReadFile(paths[f], static_cast<uint32_t>(f), &trace));
+      if (combine != Combine::kConcat || first == trace.requests.size()) continue;
+      auto [lo, hi] = std::minmax_element(
+          trace.requests.begin() + static_cast<std::ptrdiff_t>(first), trace.requests.end(),
+          [](const TraceRequest& a, const TraceRequest& b) { return a.time_s < b.time_s; });
+      // end + (t - first): exact where t is the file's first, never below end.
+      const double start = f == 0 ? 0 : end_s;
+      const double first_s = lo->time_s;
+      const double last = start + (hi->time_s - first_s);
+      if (!(std::abs(last) <= kMaxAbsTimeS)) {
+        return Bad(paths[f], "", "one after another, the files run past 1e9 s");
+      }
+      for (size_t i = first; i < trace.requests.size(); ++i) {
+        trace.requests[i].time_s = start + (trace.requests[i].time_s - first_s);
+      }
+      end_s = last;
     }
   } catch (const std::exception& e) {  // nlohmann's type errors, allocation
     return InvalidArgumentError(std::string("reading traces: ") + e.what());

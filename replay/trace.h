@@ -28,16 +28,26 @@ struct Trace {
   uint64_t block_refs = 0;             // Σ ids over requests
 };
 
+// How the requests of several files come together. Each file keeps its own
+// id space either way.
+enum class Combine {
+  kInterleave,  // by their own times: every file starts at its t = 0, together
+  kConcat,      // one after another: each file starts where the one before ended
+};
+
 // Reads one or more trace files; the format is recognised by content (a
 // JSON object with "requests": kv-cache-tester; one object per line:
 // Mooncake, whose blocks are 512 tokens). Files of different block sizes
-// cannot be mixed. Requests of several files are merged by time.
+// cannot be mixed. Requests of several files are combined as `combine` says
+// (sessions recorded days apart, each from t = 0, would all run at once when
+// interleaved).
 // kv-cache-tester sub-agents, an entry with its own "t" and "requests" and no
 // "in"/"hash_ids" (or "requests" nested in a request), are read in their
 // file's id space, each request at the sub-agent's start + its own "t".
 // InvalidArgument names the file and line of anything malformed, including
 // a block size of 0, a time beyond 1e9 s and sub-agents nested more than 64
 // deep (any input file gives a clear error; none exhausts the stack).
-Result<Trace> ReadTraces(std::span<const std::string> paths);
+Result<Trace> ReadTraces(std::span<const std::string> paths,
+                         Combine combine = Combine::kInterleave);
 
 }  // namespace kvtier::replay

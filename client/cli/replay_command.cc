@@ -23,6 +23,7 @@ struct ReplayOptions {
   std::vector<std::string> traces;
   std::string policies = "lru,opt";
   std::string capacity_blocks = "2000,20000";
+  std::string combine = "interleave";
   uint64_t device_blocks = 0;
   uint64_t ssd_blocks = 0;
   uint64_t block_bytes = 2 << 20;
@@ -86,7 +87,14 @@ int Run(const ReplayOptions& o) {
     std::fprintf(stderr, "kvtier replay: %s\n", std::string(sweep.status().message()).c_str());
     return 2;
   }
-  auto trace = replay::ReadTraces(o.traces);
+  if (o.combine != "interleave" && o.combine != "concat") {
+    std::fprintf(stderr, "kvtier replay: --combine: \"%s\" is neither interleave nor concat\n",
+                 o.combine.c_str());
+    return 2;
+  }
+  const bool concat = o.combine == "concat";
+  auto trace = replay::ReadTraces(o.traces,
+                                  concat ? replay::Combine::kConcat : replay::Combine::kInterleave);
   if (!trace) {
     std::fprintf(stderr, "kvtier replay: %s\n", std::string(trace.status().message()).c_str());
     return 1;
@@ -97,9 +105,14 @@ int Run(const ReplayOptions& o) {
     live.block_bytes = o.block_bytes_given ? o.block_bytes : live.block_bytes;
     return RunLive(*trace, live);
   }
-  std::fprintf(stderr, "replaying %zu requests, %llu block references (%u tokens/block)\n",
+  std::string files;
+  if (o.traces.size() > 1) {
+    files = "; " + std::to_string(o.traces.size()) + " files " +
+            (concat ? "one after another (--combine concat)" : "interleaved by time");
+  }
+  std::fprintf(stderr, "replaying %zu requests, %llu block references (%u tokens/block%s)\n",
                trace->requests.size(), static_cast<unsigned long long>(trace->block_refs),
-               trace->block_tokens);
+               trace->block_tokens, files.c_str());
   std::vector<replay::SimResult> results;
   int failed = 0;
   for (const std::string& policy : sweep->policies) {
@@ -154,6 +167,9 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
   cmd->add_option("--trace", o->traces, "trace file(s): Mooncake JSONL or kv-cache-tester JSON")
       ->required();
   cmd->add_option("--policies", o->policies, "comma-separated policies, opt included [lru,opt]");
+  cmd->add_option("--combine", o->combine,
+                  "several files: interleave (by their own times, all from t = 0) or concat "
+                  "(one after another) [interleave]");
   cmd->add_option("--capacity-blocks", o->capacity_blocks,
                   "comma-separated host-tier capacities in blocks [2000,20000]");
   cmd->add_option("--device-blocks", o->device_blocks, "device tier above the host [0 = none]");

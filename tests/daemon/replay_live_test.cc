@@ -56,6 +56,7 @@ TEST(ReplayFlagsTest, BadSweepFlagsAreRefusedBeforeTheTraceIsRead) {
            {"--capacity-blocks 99999999999999999999", "\"99999999999999999999\" is not"},
            {"--capacity-blocks ,", "--capacity-blocks: no capacity given"},
            {"--policies lru,nope", "--policies: unknown policy \"nope\" (known: opt, lru"},
+           {"--combine zip", "--combine: \"zip\" is neither interleave nor concat"},
        }) {
     const auto [status, text] = RunCli(replay + flags);
     EXPECT_EQ(status, 2) << flags << ": " << text;

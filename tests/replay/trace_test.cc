@@ -79,6 +79,30 @@ TEST_F(TraceTest, ReadsKvCacheTesterSubAgentEntries) {
       << bad.status().ToString();
 }
 
+TEST_F(TraceTest, FilesInterleaveByTimeOrRunOneAfterAnother) {
+  const std::vector<std::string> files = {
+      Write("a.json", R"({"block_size":64,"requests":[{"t":0,"in":64,"hash_ids":[1]},
+                                                        {"t":5,"in":64,"hash_ids":[2]}]})"),
+      Write("b.json", R"({"block_size":64,"requests":[{"t":1,"in":64,"hash_ids":[3]},
+                                                        {"t":2,"in":64,"hash_ids":[4]}]})")};
+  auto mixed = ReadTraces(files);  // interleave: both from their own t
+  ASSERT_TRUE(mixed.ok()) << mixed.status().ToString();
+  std::vector<uint64_t> order;
+  for (const TraceRequest& r : mixed->requests) order.push_back(r.ids[0]);
+  EXPECT_EQ(order, (std::vector<uint64_t>{1, 3, 4, 2}));
+  auto concat = ReadTraces(files, Combine::kConcat);
+  ASSERT_TRUE(concat.ok()) << concat.status().ToString();
+  order.clear();
+  std::vector<double> times;
+  for (const TraceRequest& r : concat->requests) {
+    order.push_back(r.ids[0]);
+    times.push_back(r.time_s);
+  }
+  EXPECT_EQ(order, (std::vector<uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(times, (std::vector<double>{0, 5, 5, 6}));  // b starts where a ended
+  EXPECT_NE(concat->requests[1].file, concat->requests[2].file);
+}
+
 TEST_F(TraceTest, FilesGetTheirOwnIdSpaces) {
   const std::string body = R"({"block_size":64,"requests":[{"t":0,"in":64,"hash_ids":[7]}]})";
   const std::vector<std::string> files = {Write("a.json", body), Write("b.json", body)};
