@@ -554,15 +554,15 @@ class KvtierConnector(KVConnectorBase_V1):
             # The whole chain: blocks cached already come back EXISTS, copied by no one.
             keys = client.block_keys(save.token_ids)
             with client.allocate(keys, tier=self.settings.tier) as write:
-                todo = write.allocated
-                if todo:
-                    self._copy_out(write, todo, save)
+                to_fill = write.allocated
+                if to_fill:
+                    self._copy_out(write, to_fill, save)
                 write.commit()
             if self.settings.retention_priority is not None:
                 client.set_retention(keys, [Retention(
                     0, len(keys) * self.block_tokens, self.settings.retention_priority,
                     self.settings.retention_duration_ms)])
-            return len(todo)
+            return len(to_fill)
 
         try:
             stored = self._call(f"store of request {save.req_id}", store)
@@ -577,12 +577,12 @@ class KvtierConnector(KVConnectorBase_V1):
             with self._saved_lock:
                 self._saved.add(save.req_id)
 
-    def _copy_out(self, write: Any, todo: list[int], save: _Save) -> None:
+    def _copy_out(self, write: Any, to_fill: list[int], save: _Save) -> None:
         """Gathers the blocks of the slots to fill, one index per layer, then one copy per slot."""
         r, bs = self.ratio, self.vllm_block
         L, _, T, H, D = self.layout.block_shape
-        n = len(todo)
-        ids = torch.tensor([save.block_ids[i * r + j] for i in todo for j in range(r)],
+        n = len(to_fill)
+        ids = torch.tensor([save.block_ids[i * r + j] for i in to_fill for j in range(r)],
                            device=self._layers[0].device)
         staged = torch.empty((n, L, 2, r, bs, H, D), dtype=self._layers[0].dtype,
                              device=self._layers[0].device)
@@ -590,7 +590,7 @@ class KvtierConnector(KVConnectorBase_V1):
             part = src[ids]  # [n * r, 2, r', n', H, D]
             staged[:, layer] = part.reshape(n, r, 2, bs, H, D).transpose(1, 2)
         staged = staged.cpu() if self.settings.tier == Tier.HOST else staged
-        for k, i in enumerate(todo):
+        for k, i in enumerate(to_fill):
             slot = torch.from_dlpack(write[i]).view(staged.dtype)
             slot.copy_(staged[k].reshape(-1))
             del slot

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -254,6 +255,16 @@ protocol::HelloRequest TestHello(const std::string& model, const std::string& sa
   h.layout = Layout{1, 1, 64, DType::kFloat16, 16};  // 4 KiB blocks
   h.client_name = "test";
   return h;
+}
+
+std::pair<int, std::string> Shell(const std::string& cmd) {
+  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 }  // namespace kvtier::testing

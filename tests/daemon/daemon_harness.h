@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "protocol/wire.h"
@@ -94,6 +95,10 @@ uint64_t ResidentBytes(pid_t pid);
 // shares, so any reader can check any block it gets back.
 void FillPattern(std::span<std::byte> bytes, const prefix_index::BlockKey& key);
 bool MatchesPattern(std::span<const std::byte> bytes, const prefix_index::BlockKey& key);
+
+// Runs a shell command; its exit status (-1 when it did not exit) and
+// everything it printed, stderr included.
+std::pair<int, std::string> Shell(const std::string& cmd);
 
 // A HELLO for `model` with a small layout (4 KiB blocks).
 protocol::HelloRequest TestHello(const std::string& model, const std::string& salt = "");

@@ -115,17 +115,6 @@ std::vector<TokenId> Prompt(uint32_t seed, size_t blocks) {
   return t;
 }
 
-// Runs a shell command; its exit status and everything it printed.
-std::pair<int, std::string> Shell(const std::string& cmd) {
-  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
 bool OnPath(const std::string& tool) { return Shell("command -v " + tool).first == 0; }
 
 std::string ReadFile(const std::string& path) {

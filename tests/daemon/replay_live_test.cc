@@ -14,35 +14,23 @@
 namespace kvtier::testing {
 namespace {
 
+// The CLI with `args`: its exit status and output (Shell).
+std::pair<int, std::string> RunCli(const std::string& args) {
+  return Shell(std::string(KVTIER_CLI_PATH) + " " + args);
+}
+
 TEST(ReplayLiveTest, MooncakeTraceAgainstTheDaemonReadsBackEveryByte) {
   const std::string trace = KVTIER_TEST_DATA_DIR "/mooncake_synthetic_trace.jsonl";
   ASSERT_TRUE(std::filesystem::exists(trace)) << trace;
   auto d = Daemon::Start({"--host-capacity", "32MiB", "--host-slab", "1MiB"});
   ASSERT_NE(d, nullptr);
-  const std::string cmd = std::string(KVTIER_CLI_PATH) + " replay --live --quiet --socket " +
-                          d->socket() + " --trace " + trace + " --block-bytes 4096 2>&1";
-  FILE* out = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(out, nullptr);
-  std::string text;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, out) != nullptr) text += buf;
-  const int status = ::pclose(out);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+  const auto [status, text] = RunCli("replay --live --quiet --socket " + d->socket() + " --trace " +
+                                     trace + " --block-bytes 4096");
+  EXPECT_EQ(status, 0) << text;
   EXPECT_NE(text.find("0 wrong bytes, 0 errors"), std::string::npos) << text;
   EXPECT_NE(text.find("requests 3993"), std::string::npos) << text;
   EXPECT_NE(text.find("allocate+fill+commit"), std::string::npos) << text;
   EXPECT_TRUE(d->Alive());
-}
-
-// Runs the CLI; returns its exit status (-1 when it did not exit) and output.
-std::pair<int, std::string> RunCli(const std::string& args) {
-  FILE* out = ::popen((std::string(KVTIER_CLI_PATH) + " " + args + " 2>&1").c_str(), "r");
-  if (out == nullptr) return {-1, "popen failed"};
-  std::string text;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, out) != nullptr) text += buf;
-  const int status = ::pclose(out);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
 }
 
 // Every flag of a sweep is checked before the trace is read: the trace named
