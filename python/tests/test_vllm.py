@@ -8,6 +8,7 @@ vLLM's CPU backend is 128 tokens, so a 600-token prefix is 4 kvtier blocks.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import random
 import subprocess
@@ -37,22 +38,31 @@ class Engine:
         self.log_path = log_path
         self.lines: List[str] = []
         self._replies: "queue.Queue[str]" = queue.Queue()
+        reply_r, reply_w = os.pipe()  # the answers; stdout and stderr carry vLLM's logs
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "vllm_engine.py"), str(model_dir), json.dumps(engine)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
+            [sys.executable, str(HERE / "vllm_engine.py"), str(model_dir), json.dumps(engine),
+             str(reply_w)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            pass_fds=(reply_w,))
+        os.close(reply_w)
+        threading.Thread(target=self._read_log, daemon=True).start()
+        threading.Thread(target=self._read_replies, args=(os.fdopen(reply_r),),
+                         daemon=True).start()
         if self._reply(timeout=300) != "ready":
             pytest.fail(f"vLLM did not start:\n{self.log()}")
 
-    def _read(self) -> None:
+    def _read_log(self) -> None:
         assert self.proc.stdout is not None
         with open(self.log_path, "a") as log:
             for line in self.proc.stdout:
                 self.lines.append(line)
                 log.write(line)
                 log.flush()
-                if line.startswith("@@"):
-                    self._replies.put(line[2:].strip())
+
+    def _read_replies(self, replies: Any) -> None:
+        with replies:
+            for line in replies:
+                self._replies.put(line.strip())
         self._replies.put("")  # the process ended
 
     def _reply(self, timeout: float = 120) -> str:
@@ -85,6 +95,16 @@ class Engine:
 
     def log(self) -> str:
         return "".join(self.lines[-200:])
+
+    def logged(self, text: str, timeout: float = 30) -> bool:
+        """Whether vLLM's log shows `text` within `timeout` s (the log has a pipe of
+        its own, so a line written before a reply may be read after it)."""
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                return any(text in line for line in self.lines)
+            time.sleep(0.05)
+        return True
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -149,7 +169,7 @@ def test_same_greedy_output_and_the_prefix_is_loaded(start_daemon, model_dir, ba
         assert_same_output(other, baseline["OTHER"])
     finally:
         engine.close()
-    assert "attached to kvtierd" in engine.log()
+    assert engine.logged("attached to kvtierd"), engine.log()
     # vLLM asked for each layer before its attention: the loads went layer by layer.
     assert "without waiting for their load" not in engine.log()
 
@@ -177,7 +197,8 @@ def test_reuse_across_vllm_processes_and_failed_loads_recompute(start_daemon, mo
     try:
         out = third.generate(P2)
         assert_same_output(out, baseline["P2"])
-        assert "4 of 4 blocks not loaded from kvtierd; vLLM recomputes them" in third.log()
+        assert third.logged("4 of 4 blocks not loaded from kvtierd; vLLM recomputes them"), \
+            third.log()
     finally:
         third.close()
 
@@ -216,7 +237,7 @@ def test_daemon_stopped_while_vllm_runs(start_daemon, model_dir, baseline, tmp_p
         out = engine.generate(P2)
         assert out["cached"] == 0
         assert_same_output(out, baseline["P2"])
-        assert "requests recompute their prefixes until it is back" in engine.log()
+        assert engine.logged("requests recompute their prefixes until it is back"), engine.log()
         # It comes back (empty: no SSD here): the next request stores, hits resume.
         d.start()
         time.sleep(0.3)  # past the connector's retry interval
@@ -225,7 +246,7 @@ def test_daemon_stopped_while_vllm_runs(start_daemon, model_dir, baseline, tmp_p
         out = engine.generate(P2)
         assert out["cached"] == 4 * BLOCK
         assert_same_output(out, baseline["P2"])
-        assert "prefix hits resume" in engine.log()
+        assert engine.logged("prefix hits resume"), engine.log()
     finally:
         engine.close()
 

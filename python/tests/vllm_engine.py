@@ -1,11 +1,13 @@
 """A real vLLM engine (CPU build) driven line by line, for test_vllm.py.
 
-    python vllm_engine.py MODEL_DIR CONFIG_JSON
+    python vllm_engine.py MODEL_DIR CONFIG_JSON REPLY_FD
 
 Writes a tiny Llama (a config and seeded random weights, no tokenizer) to MODEL_DIR,
-starts vllm.LLM with CONFIG_JSON's engine arguments, prints ``@@ready``, then
-reads one JSON command per line on stdin and answers one line on stdout, ``@@``
-and JSON (vLLM logs to stdout too: a reader keeps the lines that start with @@):
+starts vllm.LLM with CONFIG_JSON's engine arguments, writes ``ready`` to REPLY_FD,
+then reads one JSON command per line on stdin and answers one JSON line on
+REPLY_FD. The replies have a pipe of their own: vLLM logs to stdout from several
+threads and processes, and a log line written while a reply was being printed
+once landed in the middle of it.
 
     {"prompt": [ids], "max_tokens": 8}   -> {"tokens": [...], "logprobs": [...],
                                              "cached": n, "elapsed_s": t}
@@ -61,6 +63,14 @@ def committed(socket: str) -> int:
 
 def main() -> None:
     model_dir, engine = sys.argv[1], json.loads(sys.argv[2])
+    reply_fd = int(sys.argv[3])
+    os.set_inheritable(reply_fd, False)  # vLLM's own processes write only logs
+    replies = os.fdopen(reply_fd, "w")
+
+    def reply(answer: object) -> None:
+        replies.write((answer if isinstance(answer, str) else json.dumps(answer)) + "\n")
+        replies.flush()
+
     config = engine.pop("model_config", TINY)
     if engine.get("load_format") == "dummy":  # benchmarks: random weights made by vLLM
         from transformers import LlamaConfig
@@ -75,11 +85,11 @@ def main() -> None:
                 max_model_len=2048, enforce_eager=True, seed=0, gpu_memory_utilization=0.3)
     args.update(engine)
     llm = LLM(**args)
-    print("@@ready", flush=True)
+    reply("ready")
     for line in sys.stdin:
         cmd = json.loads(line)
         if "reset_prefix_cache" in cmd:
-            print("@@" + json.dumps({"reset": llm.reset_prefix_cache()}), flush=True)
+            reply({"reset": llm.reset_prefix_cache()})
             continue
         if "wait_committed" in cmd:
             deadline = time.monotonic() + 60
@@ -87,7 +97,7 @@ def main() -> None:
             while n < cmd["wait_committed"] and time.monotonic() < deadline:
                 time.sleep(0.05)
                 n = committed(cmd["socket"])
-            print("@@" + json.dumps({"committed": n}), flush=True)
+            reply({"committed": n})
             continue
         params = SamplingParams(temperature=0, max_tokens=cmd.get("max_tokens", 8), logprobs=1,
                                 detokenize=False)
@@ -97,8 +107,8 @@ def main() -> None:
         elapsed = time.perf_counter() - start
         gen = out.outputs[0]
         logprobs = [lp[t].logprob for t, lp in zip(gen.token_ids, gen.logprobs or [])]
-        print("@@" + json.dumps({"tokens": list(gen.token_ids), "logprobs": logprobs,
-                          "cached": out.num_cached_tokens, "elapsed_s": elapsed}), flush=True)
+        reply({"tokens": list(gen.token_ids), "logprobs": logprobs,
+               "cached": out.num_cached_tokens, "elapsed_s": elapsed})
 
 
 if __name__ == "__main__":
