@@ -27,22 +27,33 @@ std::string Fmt(const char* format, double v) {
   return buf;
 }
 
+// Whether the sweep counted the textbook per-block hits (--per-block).
+bool AnyPerBlock(const std::vector<SimResult>& all) {
+  return std::any_of(all.begin(), all.end(), [](const SimResult& r) { return r.per_block; });
+}
+
 }  // namespace
 
 std::string FormatTable(const std::vector<SimResult>& results) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "%-14s %12s %10s %10s %10s %10s %12s %12s %12s\n", "policy",
-                "capacity", "block hit", "token hit", "gap OPT", "hits ssd", "demotions", "moved",
-                "refs/s");
+  const bool per_block = AnyPerBlock(results);
+  std::snprintf(line, sizeof line, "%-14s %12s %10s %10s %10s%s %10s %12s %12s %12s\n", "policy",
+                "capacity", "block hit", "token hit", "gap OPT", per_block ? "  per-block" : "",
+                "hits ssd", "demotions", "moved", "refs/s");
   out += line;
   for (const SimResult& r : results) {
     const SimResult* opt = OptAt(results, r.capacity_blocks);
     const std::string gap =
         opt ? Fmt("%+.4f", r.block_hit_rate() - opt->block_hit_rate()) : std::string("-");
-    std::snprintf(line, sizeof line, "%-14s %12llu %10.4f %10.4f %10s %10llu %12llu %12s %12.3g\n",
-                  r.policy.c_str(), static_cast<unsigned long long>(r.capacity_blocks),
-                  r.block_hit_rate(), r.token_hit_rate(), gap.c_str(),
+    std::string textbook;
+    if (per_block) {
+      textbook = r.per_block ? Fmt(" %10.4f", r.per_block_hit_rate()) : "          -";
+    }
+    std::snprintf(line, sizeof line,
+                  "%-14s %12llu %10.4f %10.4f %10s%s %10llu %12llu %12s %12.3g\n", r.policy.c_str(),
+                  static_cast<unsigned long long>(r.capacity_blocks), r.block_hit_rate(),
+                  r.token_hit_rate(), gap.c_str(), textbook.c_str(),
                   static_cast<unsigned long long>(r.hits_per_tier[2]),
                   static_cast<unsigned long long>(r.demotions), FormatBytes(r.bytes_moved).c_str(),
                   r.refs_per_second());
@@ -55,14 +66,16 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
   std::string out =
       "policy,capacity_blocks,device_blocks,host_blocks,ssd_blocks,requests,block_refs,"
       "block_hits,block_hit_rate,token_hit_rate,gap_to_opt,hits_device,hits_host,hits_ssd,"
-      "demotions,promotions,blocks_moved,bytes_moved,refs_per_second\n";
+      "demotions,promotions,blocks_moved,bytes_moved,refs_per_second";
+  const bool per_block = AnyPerBlock(results);
+  out += per_block ? ",per_block_hit_rate\n" : "\n";
   for (const SimResult& r : results) {
     const SimResult* opt = OptAt(results, r.capacity_blocks);
     char line[512];
     std::snprintf(
         line, sizeof line,
         "%s,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%s,%llu,%llu,%llu,%llu,%llu,"
-        "%llu,%.0f\n",
+        "%llu,%.0f",
         r.policy.c_str(), static_cast<unsigned long long>(r.capacity_blocks),
         static_cast<unsigned long long>(r.device_blocks),
         static_cast<unsigned long long>(r.host_blocks),
@@ -76,6 +89,8 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
         static_cast<unsigned long long>(r.demotions), static_cast<unsigned long long>(r.promotions),
         static_cast<unsigned long long>(r.blocks_moved), r.refs_per_second());
     out += line;
+    if (per_block) out += r.per_block ? Fmt(",%.6f", r.per_block_hit_rate()) : std::string(",");
+    out += "\n";
   }
   return out;
 }
@@ -102,6 +117,10 @@ std::string FormatJson(const std::vector<SimResult>& results) {
                         {"blocks_moved", r.blocks_moved},
                         {"bytes_moved", r.bytes_moved},
                         {"refs_per_second", r.refs_per_second()}};
+    if (r.per_block) {
+      j["per_block_hits"] = r.per_block_hits;
+      j["per_block_hit_rate"] = r.per_block_hit_rate();
+    }
     if (const SimResult* opt = OptAt(results, r.capacity_blocks)) {
       j["gap_to_opt"] = r.block_hit_rate() - opt->block_hit_rate();
     }

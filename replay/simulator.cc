@@ -33,6 +33,25 @@ void Account(const TraceRequest& r, uint64_t hits, uint32_t block_tokens, SimRes
   out->hit_tokens += std::min(hits * block_tokens, r.input_tokens);
 }
 
+// The positions of each reference's next use (max: never), positions
+// counting block references across the trace.
+std::vector<uint64_t> NextUses(const Trace& trace) {
+  std::vector<uint64_t> next_use(trace.block_refs);
+  std::unordered_map<BlockKey, uint64_t, prefix_index::BlockKeyHash> later;
+  later.reserve(trace.block_refs);
+  uint64_t pos = trace.block_refs;
+  for (auto r = trace.requests.rbegin(); r != trace.requests.rend(); ++r) {
+    for (auto id = r->ids.rbegin(); id != r->ids.rend(); ++id) {
+      --pos;
+      const BlockKey k = KeyOf(r->file, *id);
+      auto it = later.find(k);
+      next_use[pos] = it == later.end() ? std::numeric_limits<uint64_t>::max() : it->second;
+      later[k] = pos;
+    }
+  }
+  return next_use;
+}
+
 Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
                                  const ProgressFn& progress) {
   tiers::EngineOptions options;
@@ -94,24 +113,8 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
 // ahead (never: furthest of all) goes. Hits are the leading run, as for
 // the engine.
 Result<SimResult> SimulateOpt(const Trace& trace, const SimConfig& c, const ProgressFn& progress) {
-  // next_use[i]: the position of the next reference to the block referenced
-  // at position i (positions count block references across the trace).
   const double start = Now();  // refs/s counts the next-use pass too
-  std::vector<uint64_t> next_use(trace.block_refs);
-  {
-    std::unordered_map<BlockKey, uint64_t, prefix_index::BlockKeyHash> later;
-    later.reserve(trace.block_refs);
-    uint64_t pos = trace.block_refs;
-    for (auto r = trace.requests.rbegin(); r != trace.requests.rend(); ++r) {
-      for (auto id = r->ids.rbegin(); id != r->ids.rend(); ++id) {
-        --pos;
-        const BlockKey k = KeyOf(r->file, *id);
-        auto it = later.find(k);
-        next_use[pos] = it == later.end() ? std::numeric_limits<uint64_t>::max() : it->second;
-        later[k] = pos;
-      }
-    }
-  }
+  const std::vector<uint64_t> next_use = NextUses(trace);
   // One pool as large as all the tiers together: the bound for any split.
   const uint64_t pool = c.device_blocks + c.host_blocks + c.ssd_blocks;
   std::unordered_map<BlockKey, uint64_t, prefix_index::BlockKeyHash> cached;  // key -> next use
@@ -154,6 +157,81 @@ Result<SimResult> SimulateOpt(const Trace& trace, const SimConfig& c, const Prog
   return out;
 }
 
+// Textbook per-block counts (SimResult::per_block_hits) on one pool of
+// `pool` blocks: Belady's MIN for "opt" (the block needed furthest ahead
+// goes, the missed one always stays), else the named policy itself on
+// lone blocks (no pins, no children, no priorities).
+Result<uint64_t> PerBlockHits(const Trace& trace, const std::string& policy, uint64_t pool) {
+  if (pool == 0) return uint64_t{0};
+  uint64_t hits = 0;
+  if (policy == "opt") {
+    const std::vector<uint64_t> next_use = NextUses(trace);
+    std::unordered_map<BlockKey, uint64_t, prefix_index::BlockKeyHash> cached;  // -> next use
+    std::set<std::pair<uint64_t, BlockKey>> by_next;
+    uint64_t pos = 0;
+    for (const TraceRequest& r : trace.requests) {
+      for (uint64_t id : r.ids) {
+        const BlockKey k = KeyOf(r.file, id);
+        const uint64_t next = next_use[pos++];
+        auto it = cached.find(k);
+        if (it != cached.end()) {
+          ++hits;
+          by_next.erase({it->second, k});
+          it->second = next;
+          by_next.insert({next, k});
+          continue;
+        }
+        if (cached.size() == pool) {
+          auto furthest = std::prev(by_next.end());
+          cached.erase(furthest->second);
+          by_next.erase(furthest);
+        }
+        cached.emplace(k, next);
+        by_next.insert({next, k});
+      }
+    }
+    return hits;
+  }
+  const ManualClock clock;  // LFU's and priority's time stands still: order by access alone
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<eviction::EvictionPolicy> p,
+                          eviction::NewPolicy(policy, clock));
+  std::unordered_map<BlockKey, eviction::BlockId, prefix_index::BlockKeyHash> ids;
+  std::vector<BlockKey> keys;  // by id
+  std::vector<eviction::BlockId> free;
+  eviction::BlockMeta meta;
+  for (const TraceRequest& r : trace.requests) {
+    for (uint64_t id : r.ids) {
+      const BlockKey k = KeyOf(r.file, id);
+      meta.fingerprint = prefix_index::BlockKeyHash{}(k);
+      auto it = ids.find(k);
+      if (it != ids.end()) {
+        ++hits;
+        p->Touch(it->second, meta);
+        continue;
+      }
+      if (ids.size() == pool) {
+        const std::optional<eviction::BlockId> v = p->Victim();
+        if (!v) return InternalError("per-block " + policy + ": no victim in a full pool");
+        p->Erase(*v);
+        ids.erase(keys[*v]);
+        free.push_back(*v);
+      }
+      eviction::BlockId slot;
+      if (free.empty()) {
+        slot = static_cast<eviction::BlockId>(keys.size());
+        keys.push_back(k);
+      } else {
+        slot = free.back();
+        free.pop_back();
+        keys[slot] = k;
+      }
+      ids.emplace(k, slot);
+      p->Insert(slot, meta);
+    }
+  }
+  return hits;
+}
+
 }  // namespace
 
 Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
@@ -166,6 +244,13 @@ Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
   Result<SimResult> r = config.policy == "opt" ? SimulateOpt(trace, config, progress)
                                                : SimulateEngine(trace, config, progress);
   if (!r) return r;
+  if (config.per_block) {
+    KVTIER_ASSIGN_OR_RETURN(
+        r->per_block_hits,
+        PerBlockHits(trace, config.policy,
+                     config.device_blocks + config.host_blocks + config.ssd_blocks));
+    r->per_block = true;
+  }
   r->policy = config.policy;
   r->device_blocks = config.device_blocks;
   r->host_blocks = config.host_blocks;

@@ -24,6 +24,8 @@ struct SimConfig {
   // Bytes per block, for the bytes-moved figures only (the simulation holds
   // no bytes). Default 2 MiB: a 16-token block of an 8B GQA model.
   uint64_t block_bytes = 2 << 20;
+  // Also count the textbook per-block hits (SimResult::per_block_hits).
+  bool per_block = false;
 };
 
 struct SimResult {
@@ -41,6 +43,13 @@ struct SimResult {
   uint64_t blocks_moved = 0;
   uint64_t bytes_moved = 0;  // blocks_moved x SimConfig::block_bytes
   double seconds = 0;
+  // With SimConfig::per_block: the hits of the textbook per-block cache of
+  // the same policy and total capacity, where every block reference counts
+  // on its own (a hit need not be leading) and every missed block is
+  // admitted (nothing skipped, no bypass, no orphans dropped). "opt" is
+  // then Belady's MIN. What other cache simulators report.
+  bool per_block = false;
+  uint64_t per_block_hits = 0;
 
   double block_hit_rate() const {
     return block_refs == 0 ? 0 : static_cast<double>(block_hits) / static_cast<double>(block_refs);
@@ -48,6 +57,10 @@ struct SimResult {
   double token_hit_rate() const {
     return input_tokens == 0 ? 0
                              : static_cast<double>(hit_tokens) / static_cast<double>(input_tokens);
+  }
+  double per_block_hit_rate() const {
+    return block_refs == 0 ? 0
+                           : static_cast<double>(per_block_hits) / static_cast<double>(block_refs);
   }
   double refs_per_second() const {
     return seconds == 0 ? 0 : static_cast<double>(block_refs) / seconds;

@@ -29,6 +29,7 @@ struct ReplayOptions {
   uint64_t block_bytes = 2 << 20;
   std::string json, csv, plot;
   bool quiet = false;
+  bool per_block = false;
   bool live = false;
   bool block_bytes_given = false;
   LiveOptions live_options;
@@ -124,6 +125,7 @@ int Run(const ReplayOptions& o) {
       c.device_blocks = o.device_blocks;
       c.ssd_blocks = o.ssd_blocks;
       c.block_bytes = o.block_bytes;
+      c.per_block = o.per_block;
       auto r = replay::Simulate(*trace, c, [&](uint64_t done, uint64_t total) {
         if (!o.quiet && total > 10'000) {
           std::fprintf(stderr, "\r%-10s %10s blocks: %3.0f%%", policy.c_str(), cap.c_str(),
@@ -180,6 +182,9 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
   cmd->add_option("--json", o->json, "write one record per policy and capacity");
   cmd->add_option("--csv", o->csv, "write the table as CSV");
   cmd->add_option("--plot", o->plot, "write an SVG plot: token hit rate against capacity");
+  cmd->add_flag("--per-block", o->per_block,
+                "also the textbook per-block hit rate of each policy on one pool (opt: Belady's "
+                "MIN), as other cache simulators count it");
   cmd->add_flag("--quiet", o->quiet, "no progress line");
   cmd->add_flag("--live", o->live,
                 "replay against a running kvtierd through the client, with real bytes");

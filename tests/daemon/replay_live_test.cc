@@ -57,5 +57,22 @@ TEST(ReplayFlagsTest, BadSweepFlagsAreRefusedBeforeTheTraceIsRead) {
   EXPECT_NE(text.find("cannot open trace /nonexistent/trace.json"), std::string::npos) << text;
 }
 
+// --per-block adds the textbook per-block hit rate beside the prefix-cache
+// counts, in the table and the CSV.
+TEST(ReplayFlagsTest, PerBlockAddsTheTextbookColumn) {
+  const std::string trace = KVTIER_TEST_DATA_DIR "/kv-cache-tester/trace_0180.json";
+  const std::string csv = ::testing::TempDir() + "/per_block.csv";
+  const auto [status, text] = RunCli("replay --quiet --per-block --trace " + trace +
+                                     " --policies lru,opt --capacity-blocks 100 --csv " + csv);
+  EXPECT_EQ(status, 0) << text;
+  EXPECT_NE(text.find("per-block"), std::string::npos) << text;
+  const auto [cat_status, table] = Shell("cat " + csv);
+  EXPECT_NE(table.find(",per_block_hit_rate\n"), std::string::npos) << table;
+  const auto [plain_status, plain] =
+      RunCli("replay --quiet --trace " + trace + " --policies lru --capacity-blocks 100");
+  EXPECT_EQ(plain_status, 0) << plain;
+  EXPECT_EQ(plain.find("per-block"), std::string::npos) << plain;
+}
+
 }  // namespace
 }  // namespace kvtier::testing

@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <list>
+#include <map>
+#include <unordered_map>
 
 #include "eviction/eviction_policy.h"
 
@@ -85,6 +89,126 @@ TEST(SimulatorTest, MoreCapacityNeverHurtsLruAndTiersAddUp) {
   EXPECT_EQ(with_ssd->hits_per_tier[1] + with_ssd->hits_per_tier[2], with_ssd->block_hits);
   EXPECT_EQ(with_ssd->capacity_blocks, 20000u);
   EXPECT_EQ(with_ssd->bytes_moved, with_ssd->blocks_moved * (2u << 20));
+}
+
+// A request longer than the cache: the prefix cache keeps its head and hits
+// it; textbook per-block LRU cycles through it and never hits; Belady's MIN
+// keeps one block of it.
+TEST(SimulatorTest, PerBlockCountsAreTheTextbookOnes) {
+  Trace trace;
+  trace.block_tokens = 16;
+  for (int i = 0; i < 2; ++i) {
+    TraceRequest r;
+    r.time_s = i;
+    r.input_tokens = 48;
+    r.ids = {1, 2, 3};
+    trace.requests.push_back(r);
+  }
+  trace.block_refs = 6;
+  std::map<std::string, SimResult> got;
+  for (const char* policy : {"lru", "opt"}) {
+    SimConfig c;
+    c.policy = policy;
+    c.host_blocks = 2;
+    c.per_block = true;
+    auto r = Simulate(trace, c);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->per_block);
+    got[policy] = *r;
+  }
+  EXPECT_EQ(got["lru"].block_hits, 2u);      // the engine: blocks 1 and 2 again
+  EXPECT_EQ(got["lru"].per_block_hits, 0u);  // 1 2 3 1 2 3 through 2 slots
+  EXPECT_EQ(got["opt"].per_block_hits, 2u);  // MIN: 1 stays, then 3
+  SimConfig plain;
+  plain.host_blocks = 2;
+  auto r = Simulate(trace, plain);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->per_block);
+  EXPECT_EQ(r->per_block_hits, 0u);
+}
+
+// The per-block counts against independent textbook simulators written here:
+// LRU with a list on the Mooncake trace, Belady's MIN by scanning every
+// cached block's next use on a coding-agent session.
+TEST(SimulatorTest, PerBlockCountsMatchIndependentSimulators) {
+  const Trace mooncake = Load({kTraces + "/mooncake_synthetic_trace.jsonl"});
+  ASSERT_FALSE(mooncake.requests.empty());
+  for (uint64_t cap : {500u, 5000u}) {
+    std::list<uint64_t> order;  // front: most recent
+    std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
+    uint64_t hits = 0;
+    for (const TraceRequest& r : mooncake.requests) {
+      for (uint64_t id : r.ids) {
+        auto it = where.find(id);
+        if (it != where.end()) {
+          ++hits;
+          order.erase(it->second);
+        } else if (where.size() == cap) {
+          where.erase(order.back());
+          order.pop_back();
+        }
+        order.push_front(id);
+        where[id] = order.begin();
+      }
+    }
+    for (const char* policy : {"lru", "leaf-lru"}) {  // no children per block: the same
+      SimConfig c;
+      c.policy = policy;
+      c.host_blocks = cap;
+      c.per_block = true;
+      auto r = Simulate(mooncake, c);
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(r->per_block_hits, hits) << policy << " at " << cap;
+      EXPECT_GT(r->block_hits, 0u);
+    }
+  }
+
+  const Trace session = Load({kTraces + "/kv-cache-tester/trace_0180.json"});
+  ASSERT_FALSE(session.requests.empty());
+  std::vector<uint64_t> refs;
+  for (const TraceRequest& r : session.requests)
+    refs.insert(refs.end(), r.ids.begin(), r.ids.end());
+  const uint64_t cap = 100;
+  constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+  std::vector<uint64_t> next(refs.size(), kNever);
+  std::unordered_map<uint64_t, uint64_t> seen_at;
+  for (size_t i = refs.size(); i-- > 0;) {
+    auto it = seen_at.find(refs[i]);
+    if (it != seen_at.end()) next[i] = it->second;
+    seen_at[refs[i]] = i;
+  }
+  uint64_t min_hits = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> cached;  // (id, next use), scanned whole
+  for (size_t i = 0; i < refs.size(); ++i) {
+    auto it = std::find_if(cached.begin(), cached.end(),
+                           [&](const auto& c) { return c.first == refs[i]; });
+    if (it != cached.end()) {
+      ++min_hits;
+      it->second = next[i];
+      continue;
+    }
+    if (cached.size() == cap) {
+      cached.erase(std::max_element(cached.begin(), cached.end(), [](const auto& a, const auto& b) {
+        return a.second < b.second;
+      }));
+    }
+    cached.emplace_back(refs[i], next[i]);
+  }
+  SimConfig c;
+  c.policy = "opt";
+  c.host_blocks = cap;
+  c.per_block = true;
+  auto opt = Simulate(session, c);
+  ASSERT_TRUE(opt.ok());
+  EXPECT_EQ(opt->per_block_hits, min_hits);
+  // MIN bounds every policy's per-block count.
+  for (std::string_view name : eviction::PolicyNames()) {
+    SimConfig p = c;
+    p.policy = std::string(name);
+    auto r = Simulate(session, p);
+    ASSERT_TRUE(r.ok());
+    EXPECT_LE(r->per_block_hits, min_hits) << name;
+  }
 }
 
 }  // namespace
