@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/result.h"
@@ -55,6 +56,23 @@ struct BlockMeta {
   uint64_t fingerprint = 0;
 };
 
+// One candidate of an adaptive policy, as STATS and metrics show it.
+struct CandidateReport {
+  std::string name;
+  // Hits over references to the sampled keys in the candidate's miniature
+  // cache, recent ones weighing most (an exponential moving average).
+  double sampled_hit_rate = 0;
+  bool followed = false;
+};
+
+struct AdaptiveReport {
+  std::vector<CandidateReport> candidates;
+  uint64_t switches = 0;         // times the followed candidate changed
+  uint64_t sampled_refs = 0;     // block references the miniature caches saw
+  uint64_t sample_stride = 1;    // one key in sample_stride is sampled
+  uint64_t sample_capacity = 0;  // blocks each miniature cache holds
+};
+
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
@@ -76,6 +94,19 @@ class EvictionPolicy {
 
   // Tracked blocks, pinned or not.
   virtual size_t size() const = 0;
+
+  // Whether the policy wants Referenced(); the engine computes nothing for
+  // the policies that do not.
+  virtual bool wants_references() const { return false; }
+  // A lookup asked for this chain of blocks: the fingerprints of its keys,
+  // first block first, whether cached or not. The engine's Insert and Touch
+  // tell only what it serves or writes; this is the demand itself (a policy
+  // that simulates other policies needs it). Called before the lookup's
+  // other effects.
+  virtual void Referenced(std::span<const uint64_t> chain) { (void)chain; }
+
+  // What an adaptive policy follows and why; nullopt for the others.
+  virtual std::optional<AdaptiveReport> adaptive_report() const { return std::nullopt; }
 };
 
 // Least recently used: the block whose last Touch (or Insert, or unpin) is
@@ -122,11 +153,35 @@ std::unique_ptr<EvictionPolicy> NewPriorityPolicy(const Clock& clock);
 // When every leaf is pinned, Victim() is nullopt. Named "leaf-<inner>".
 std::unique_ptr<EvictionPolicy> NewLeafFirst(std::unique_ptr<EvictionPolicy> inner);
 
+struct AdaptiveOptions {
+  // The candidates, by NewPolicy() name; the first is followed until the
+  // samples favour another. Priority retention applies on top of all.
+  std::vector<std::string> candidates = {"leaf-lru", "lru", "s3fifo"};
+  // Blocks each miniature cache aims to hold: the sampling rate is about
+  // sample_blocks / (the tier's largest size), at most 1 / min_stride.
+  uint64_t sample_blocks = 2048;
+  uint64_t min_stride = 8;  // a power of two
+  // The sampled hit-rate lead a candidate needs over the followed one
+  // before the policy switches to it.
+  double margin = 0.01;
+};
+
+// Adaptive: runs a miniature simulation of each candidate on a hash-sampled
+// subset of the keys the lookups ask for (Waldspurger et al., "Cache
+// Modeling and Optimization using Miniature Simulations", ATC'17) and evicts
+// as the candidate with the best recent sampled hit rate would, switching
+// when another leads by `margin`. Blocks whose retention priority is not the
+// default are ordered by priority first, as NewPriorityPolicy. Named
+// "adaptive". `clock` must outlive the policy.
+Result<std::unique_ptr<EvictionPolicy>> NewAdaptivePolicy(const Clock& clock,
+                                                          AdaptiveOptions options = {});
+
 // The names NewPolicy() accepts.
 std::span<const std::string_view> PolicyNames();
 
-// A policy by its configuration name: "lru", "lfu", "s3fifo", "priority",
-// each also as "leaf-<name>" (NewLeafFirst around it). `clock` must outlive it.
+// A policy by its configuration name: "adaptive", or "lru", "lfu", "s3fifo",
+// "priority", each also as "leaf-<name>" (NewLeafFirst around it). `clock`
+// must outlive it.
 Result<std::unique_ptr<EvictionPolicy>> NewPolicy(std::string_view name, const Clock& clock);
 
 }  // namespace kvtier::eviction

@@ -8,8 +8,9 @@ namespace {
 
 constexpr std::string_view kLeafPrefix = "leaf-";
 
-constexpr std::array<std::string_view, 8> kNames = {
-    "lru", "lfu", "s3fifo", "priority", "leaf-lru", "leaf-lfu", "leaf-s3fifo", "leaf-priority"};
+constexpr std::array<std::string_view, 9> kNames = {"adaptive", "lru",         "lfu",
+                                                    "s3fifo",   "priority",    "leaf-lru",
+                                                    "leaf-lfu", "leaf-s3fifo", "leaf-priority"};
 
 // A policy without the leaf-first wrapper, or null for an unknown name.
 std::unique_ptr<EvictionPolicy> NewBasePolicy(std::string_view name, const Clock& clock) {
@@ -25,6 +26,7 @@ std::unique_ptr<EvictionPolicy> NewBasePolicy(std::string_view name, const Clock
 std::span<const std::string_view> PolicyNames() { return kNames; }
 
 Result<std::unique_ptr<EvictionPolicy>> NewPolicy(std::string_view name, const Clock& clock) {
+  if (name == "adaptive") return NewAdaptivePolicy(clock);
   std::string_view base = name;
   const bool leaf_first = base.starts_with(kLeafPrefix);
   if (leaf_first) base.remove_prefix(kLeafPrefix.size());

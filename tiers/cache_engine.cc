@@ -199,6 +199,7 @@ Status CacheEngine::CheckTarget(TierKind kind) const {
 
 Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKey> keys) {
   KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  TellReferences(ns, keys);
   LookupResult result;
   for (const BlockKey& key : keys) {
     const EntryId id = index_.Find(ns, key);
@@ -211,6 +212,20 @@ Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKe
   stats_.lookup_keys += keys.size();
   stats_.lookup_hits += result.hits;
   return result;
+}
+
+void CacheEngine::TellReferences(NamespaceId ns, std::span<const BlockKey> keys) {
+  bool wanted = false;
+  for (const auto& p : policies_) wanted |= p != nullptr && p->wants_references();
+  if (!wanted) return;
+  chain_fingerprints_.clear();
+  const uint64_t salt = (uint64_t{ns} + 1) * 0x9e3779b97f4a7c15ULL;  // namespaces apart
+  for (const BlockKey& key : keys) {
+    chain_fingerprints_.push_back(prefix_index::BlockKeyHash{}(key) ^ salt);
+  }
+  for (const auto& p : policies_) {
+    if (p != nullptr && p->wants_references()) p->Referenced(chain_fingerprints_);
+  }
 }
 
 Result<Allocation> CacheEngine::Allocate(NamespaceId ns, std::optional<BlockKey> parent,

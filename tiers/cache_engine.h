@@ -353,6 +353,8 @@ class CacheEngine {
 
   static size_t Index(TierKind kind) { return static_cast<size_t>(kind); }
   Status CheckNamespace(NamespaceId ns) const;
+  // Hands a lookup's chain to the policies that simulate (Referenced).
+  void TellReferences(NamespaceId ns, std::span<const BlockKey> keys);
   // A tier that blocks can be allocated in and acquired into.
   Status CheckTarget(TierKind kind) const;
   uint64_t BlockBytes(EntryId id) const;
@@ -416,9 +418,10 @@ class CacheEngine {
   const Clock& clock_;
   std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers_;
   std::array<std::unique_ptr<eviction::EvictionPolicy>, kNumTierKinds> policies_;
-  std::vector<NamespaceSpec> namespaces_;  // indexed by NamespaceId
-  std::vector<uint64_t> block_bytes_;      // indexed by NamespaceId
-  std::vector<uint32_t> tier_ns_;          // the io_bound tier's id of each namespace
+  std::vector<uint64_t> chain_fingerprints_;  // TellReferences' scratch
+  std::vector<NamespaceSpec> namespaces_;     // indexed by NamespaceId
+  std::vector<uint64_t> block_bytes_;         // indexed by NamespaceId
+  std::vector<uint32_t> tier_ns_;             // the io_bound tier's id of each namespace
   prefix_index::PrefixIndex index_;
   std::vector<Block> blocks_;  // indexed by EntryId
   std::unordered_map<uint64_t, AllocationRecord> allocations_;

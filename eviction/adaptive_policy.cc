@@ -1,0 +1,432 @@
+// Adaptive eviction: follow whichever candidate policy would have hit most on
+// this tier's recent traffic.
+//
+// Why miniature simulations. No fixed policy is safe for a prefix cache:
+// where each request extends the last (coding agents), plain LRU evicts the
+// middle of a live chain and loses every block after it, and leaf-first LRU
+// is near Belady's OPT; on chat traffic leaf-first keeps old conversations'
+// interiors and LRU wins; where the working set nearly fits, S3-FIFO can lead
+// both. Ghost lists (ARC) judge only the policy that evicted, so they cannot
+// tell what another candidate would have kept. A miniature simulation
+// (Waldspurger et al., ATC'17) runs every candidate on a hash-sampled subset
+// of the keys with its capacity scaled by the sampling rate, and its hit rate
+// tracks the full cache's; here each candidate is the real policy object, so
+// what is simulated is what would run.
+//
+// What is simulated is the engine's prefix cache, on the chains the lookups
+// ask for (Referenced), not on the tier's Insert and Touch: those carry only
+// what the engine serves or writes (nothing after a miss, nothing skipped for
+// lack of room), which hides exactly where the candidates differ. A chain's
+// sampled keys form a chain of their own, each key's parent being its nearest
+// sampled ancestor; keys are chained hashes, so that parent is the same at
+// every occurrence and the sampled keys form a consistent prefix tree, a
+// scaled-down copy of the real one. On it each miniature cache does what the
+// engine does with a request: counts the leading run present as hits, pins
+// it, writes the rest evicting the candidate's victims (a victim's
+// descendants go with it; a block that finds no room is skipped with the
+// rest), then unpins the chain tail first.
+//
+// Rate. A policy does not know its tier's capacity; a miniature cache holds
+// the tier's high-water size / stride blocks, one key in `stride` being
+// sampled. The stride is a power of two, at least min_stride (bounding the
+// cost), set so that a miniature cache holds about sample_blocks; when the
+// high-water size grows past that, the samples restart at the lower rate.
+//
+// Following. Every candidate also runs on the tier's real blocks (each sees
+// every Insert, Touch, Update and Erase; only the followed one is asked for
+// victims), so a switch is immediate and keeps the candidate's own state: a
+// rebuilt S3-FIFO would start with everything in its small queue. Every
+// candidate's sampled hits and the reference count decay with a half-life
+// of several turnovers of a miniature cache; now and then the leader is
+// compared with the followed candidate and, leading by `margin` of the
+// references, becomes the followed one.
+//
+// Priority retention applies on top of every candidate: a block whose
+// effective priority is not the default sits in a priority policy instead,
+// and goes before the candidate's blocks when lower, after them when higher.
+// A priority that expires while its block is untouched keeps it in the
+// priority policy at the default level, behind the candidate's blocks.
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <cmath>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "eviction/eviction_policy.h"
+
+namespace kvtier::eviction {
+namespace {
+
+constexpr BlockId kNoBlock = 0xffff'ffffu;
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// One candidate run on the sampled keys: its own id space, the prefix tree
+// of its blocks, and the real policy object deciding.
+class MiniCache {
+ public:
+  explicit MiniCache(std::unique_ptr<EvictionPolicy> policy) : policy_(std::move(policy)) {}
+
+  std::string_view name() const { return policy_->name(); }
+
+  // One request for `chain` (sampled keys, first first), as the engine
+  // serves it. Returns the leading hits.
+  size_t Request(std::span<const uint64_t> chain, size_t capacity) {
+    run_.clear();
+    for (uint64_t fp : chain) {
+      auto it = ids_.find(fp);
+      if (it == ids_.end()) break;
+      run_.push_back(it->second);
+    }
+    const size_t found = run_.size();
+    // Pin the run, touching its last block first (the engine's order).
+    for (auto id = run_.rbegin(); id != run_.rend(); ++id) {
+      nodes_[*id].pinned = true;
+      policy_->Touch(*id, MetaOf(*id));
+    }
+    BlockId parent = found > 0 ? run_.back() : kNoBlock;
+    for (size_t i = found; i < chain.size(); ++i) {
+      if (ids_.contains(chain[i]) || !MakeRoom(capacity)) break;  // skipped, with the rest
+      parent = Add(chain[i], parent);
+      run_.push_back(parent);
+    }
+    for (auto id = run_.rbegin(); id != run_.rend(); ++id) {
+      nodes_[*id].pinned = false;
+      policy_->Update(*id, MetaOf(*id));
+    }
+    return found;
+  }
+
+  void Clear() {
+    for (auto& [fp, id] : ids_) policy_->Erase(id);
+    ids_.clear();
+    nodes_.clear();
+    free_.clear();
+    hits = 0;
+  }
+
+  double hits = 0;  // decayed (AdaptivePolicy::Decay)
+
+ private:
+  struct Node {
+    uint64_t fp = 0;
+    BlockId parent = kNoBlock, first_child = kNoBlock, prev_sibling = kNoBlock,
+            next_sibling = kNoBlock;
+    uint32_t children = 0;
+    bool pinned = false;
+  };
+
+  BlockMeta MetaOf(BlockId id) const {
+    BlockMeta m;
+    m.fingerprint = nodes_[id].fp;
+    m.children_in_tier = nodes_[id].children;
+    m.pinned = nodes_[id].pinned;
+    return m;
+  }
+
+  bool MakeRoom(size_t capacity) {
+    while (ids_.size() >= capacity) {
+      const std::optional<BlockId> v = policy_->Victim();
+      if (!v) return false;
+      Drop(*v);
+    }
+    return true;
+  }
+
+  // A new pinned block under `parent` (kNoBlock: a root).
+  BlockId Add(uint64_t fp, BlockId parent) {
+    BlockId id;
+    if (!free_.empty()) {
+      id = free_.back();
+      free_.pop_back();
+    } else {
+      id = static_cast<BlockId>(nodes_.size());
+      nodes_.emplace_back();
+    }
+    Node& n = nodes_[id];
+    n = Node{};
+    n.fp = fp;
+    n.pinned = true;
+    ids_.emplace(fp, id);
+    if (parent != kNoBlock) {
+      n.parent = parent;
+      n.next_sibling = nodes_[parent].first_child;
+      if (n.next_sibling != kNoBlock) nodes_[n.next_sibling].prev_sibling = id;
+      nodes_[parent].first_child = id;
+      ++nodes_[parent].children;
+      policy_->Update(parent, MetaOf(parent));
+    }
+    policy_->Insert(id, MetaOf(id));
+    return id;
+  }
+
+  // Drops `root` and its descendants (iteratively: chains are deep). A
+  // victim is unpinned, and so is everything under it: pinned blocks are a
+  // chain from a root, of which it is not part.
+  void Drop(BlockId root) {
+    Unlink(root);
+    stack_.assign(1, root);
+    while (!stack_.empty()) {
+      const BlockId id = stack_.back();
+      stack_.pop_back();
+      for (BlockId c = nodes_[id].first_child; c != kNoBlock; c = nodes_[c].next_sibling) {
+        stack_.push_back(c);
+      }
+      policy_->Erase(id);
+      ids_.erase(nodes_[id].fp);
+      free_.push_back(id);
+    }
+  }
+
+  void Unlink(BlockId id) {
+    Node& n = nodes_[id];
+    if (n.parent == kNoBlock) return;
+    if (n.prev_sibling != kNoBlock) {
+      nodes_[n.prev_sibling].next_sibling = n.next_sibling;
+    } else {
+      nodes_[n.parent].first_child = n.next_sibling;
+    }
+    if (n.next_sibling != kNoBlock) nodes_[n.next_sibling].prev_sibling = n.prev_sibling;
+    --nodes_[n.parent].children;
+    policy_->Update(n.parent, MetaOf(n.parent));
+    n.parent = n.prev_sibling = n.next_sibling = kNoBlock;
+  }
+
+  std::unique_ptr<EvictionPolicy> policy_;
+  std::unordered_map<uint64_t, BlockId> ids_;
+  std::vector<Node> nodes_;
+  std::vector<BlockId> free_;
+  std::vector<BlockId> stack_;
+  std::vector<BlockId> run_;
+};
+
+class AdaptivePolicy final : public EvictionPolicy {
+ public:
+  AdaptivePolicy(const Clock& clock, AdaptiveOptions options,
+                 std::vector<std::unique_ptr<EvictionPolicy>> minis,
+                 std::vector<std::unique_ptr<EvictionPolicy>> live,
+                 std::unique_ptr<EvictionPolicy> priority)
+      : clock_(clock),
+        options_(std::move(options)),
+        live_(std::move(live)),
+        priority_(std::move(priority)),
+        stride_(options_.min_stride) {
+    for (auto& m : minis) minis_.emplace_back(std::move(m));
+  }
+
+  std::string_view name() const override { return "adaptive"; }
+  void Insert(BlockId id, const BlockMeta& meta) override {
+    if (id >= blocks_.size()) blocks_.resize(static_cast<size_t>(id) + 1);
+    Slot& s = blocks_[id];
+    assert(s.where == Where::kNone);
+    s.meta = meta;
+    s.where = Retained(meta) ? Where::kPriority : Where::kFollowed;
+    PoolInsert(s.where, id, meta);
+    ++size_;
+    if (size_ > high_water_) {
+      high_water_ = size_;
+      if (high_water_ >= next_restride_) Restride();
+    }
+  }
+
+  void Touch(BlockId id, const BlockMeta& meta) override {
+    assert(blocks_[id].where != Where::kNone);
+    Route(id, meta, /*touch=*/true);
+  }
+
+  void Update(BlockId id, const BlockMeta& meta) override {
+    assert(blocks_[id].where != Where::kNone);
+    Route(id, meta, /*touch=*/false);
+  }
+
+  void Erase(BlockId id) override {
+    Slot& s = blocks_[id];
+    assert(s.where != Where::kNone);
+    PoolErase(s.where, id);
+    s = Slot{};
+    --size_;
+  }
+
+  std::optional<BlockId> Victim() override {
+    const std::optional<BlockId> p = priority_->Victim();
+    if (p && EffectivePriority(blocks_[*p].meta) < kDefaultPriority) return p;
+    if (const std::optional<BlockId> f = live_[followed_index_]->Victim()) return f;
+    if (p) return p;
+    // Every leaf pinned under a leaf-first candidate: another candidate's
+    // victim (a block with children) rather than no room at all.
+    for (auto& other : live_) {
+      if (const std::optional<BlockId> v = other->Victim()) return v;
+    }
+    return std::nullopt;
+  }
+
+  size_t size() const override { return size_; }
+
+  bool wants_references() const override { return true; }
+
+  void Referenced(std::span<const uint64_t> chain) override {
+    sampled_.clear();
+    for (uint64_t fp : chain) {
+      if ((Mix(fp) & (stride_ - 1)) == 0) sampled_.push_back(fp);
+    }
+    if (sampled_.empty()) return;
+    const size_t capacity = MiniCapacity();
+    for (MiniCache& m : minis_) m.hits += static_cast<double>(m.Request(sampled_, capacity));
+    Decay(sampled_.size());
+  }
+
+  std::optional<AdaptiveReport> adaptive_report() const override {
+    AdaptiveReport r;
+    for (size_t i = 0; i < minis_.size(); ++i) {
+      CandidateReport c;
+      c.name = std::string(minis_[i].name());
+      c.sampled_hit_rate = refs_ > 0 ? minis_[i].hits / refs_ : 0;
+      c.followed = i == followed_index_;
+      r.candidates.push_back(std::move(c));
+    }
+    r.switches = switches_;
+    r.sampled_refs = sampled_refs_;
+    r.sample_stride = stride_;
+    r.sample_capacity = MiniCapacity();
+    return r;
+  }
+
+ private:
+  enum class Where : uint8_t { kNone, kFollowed, kPriority };
+
+  struct Slot {
+    BlockMeta meta;
+    Where where = Where::kNone;
+  };
+
+  // The candidates' pool is every candidate's live instance.
+  void PoolInsert(Where w, BlockId id, const BlockMeta& meta) {
+    if (w == Where::kPriority) return priority_->Insert(id, meta);
+    for (auto& p : live_) p->Insert(id, meta);
+  }
+  void PoolErase(Where w, BlockId id) {
+    if (w == Where::kPriority) return priority_->Erase(id);
+    for (auto& p : live_) p->Erase(id);
+  }
+
+  uint8_t EffectivePriority(const BlockMeta& m) const {
+    if (m.priority == kDefaultPriority) return m.priority;  // no clock read
+    return m.priority_expires_at <= clock_.Now() ? kDefaultPriority : m.priority;
+  }
+  bool Retained(const BlockMeta& m) const { return EffectivePriority(m) != kDefaultPriority; }
+
+  // Passes an access or an update to the pool the block belongs in now.
+  void Route(BlockId id, const BlockMeta& meta, bool touch) {
+    Slot& s = blocks_[id];
+    s.meta = meta;
+    const Where w = Retained(meta) ? Where::kPriority : Where::kFollowed;
+    if (w != s.where) {
+      PoolErase(s.where, id);
+      PoolInsert(w, id, meta);
+      s.where = w;
+    } else if (w == Where::kPriority) {
+      touch ? priority_->Touch(id, meta) : priority_->Update(id, meta);
+    } else if (touch) {
+      for (auto& p : live_) p->Touch(id, meta);
+    } else {
+      for (auto& p : live_) p->Update(id, meta);
+    }
+  }
+
+  size_t MiniCapacity() const { return std::max<size_t>(1, high_water_ / stride_); }
+
+  // The stride that puts about sample_blocks in a miniature cache; a change
+  // restarts the samples.
+  void Restride() {
+    next_restride_ = high_water_ * 2;
+    const uint64_t want = std::max(
+        options_.min_stride, std::bit_floor(std::max<uint64_t>(
+                                 1, high_water_ / std::max<uint64_t>(1, options_.sample_blocks))));
+    if (want <= stride_) return;
+    stride_ = want;
+    for (MiniCache& m : minis_) m.Clear();
+    refs_ = 0;
+  }
+
+  // Ages every candidate's hits and the reference count by `n` references,
+  // and now and then reconsiders which candidate to follow.
+  void Decay(size_t n) {
+    sampled_refs_ += n;
+    const double half_life =
+        std::clamp(8.0 * static_cast<double>(MiniCapacity()), 1024.0, 1048576.0);
+    const double keep = std::exp2(-static_cast<double>(n) / half_life);
+    refs_ = refs_ * keep + static_cast<double>(n);
+    for (MiniCache& m : minis_) m.hits *= keep;
+    since_decision_ += n;
+    if (since_decision_ < static_cast<uint64_t>(half_life / 8)) return;
+    since_decision_ = 0;
+    size_t best = followed_index_;
+    for (size_t i = 0; i < minis_.size(); ++i) {
+      if (minis_[i].hits > minis_[best].hits) best = i;
+    }
+    if (best != followed_index_ &&
+        minis_[best].hits - minis_[followed_index_].hits > options_.margin * refs_) {
+      Follow(best);
+    }
+  }
+
+  // Makes candidate `i` the followed one. Every candidate has tracked the
+  // tier's blocks all along, so it takes over with its own order and state.
+  void Follow(size_t i) {
+    followed_index_ = i;
+    ++switches_;
+  }
+
+  const Clock& clock_;
+  AdaptiveOptions options_;
+  std::vector<std::unique_ptr<EvictionPolicy>> live_;  // one per candidate, all tracking
+  size_t followed_index_ = 0;
+  std::unique_ptr<EvictionPolicy> priority_;
+  std::vector<Slot> blocks_;
+  size_t size_ = 0;
+  uint64_t switches_ = 0;
+
+  std::vector<MiniCache> minis_;
+  std::vector<uint64_t> sampled_;  // Referenced's scratch
+  uint64_t stride_;
+  uint64_t high_water_ = 0;
+  uint64_t next_restride_ = 0;
+  uint64_t sampled_refs_ = 0;
+  uint64_t since_decision_ = 0;
+  double refs_ = 0;  // decayed count of sampled references
+};
+
+}  // namespace
+
+Result<std::unique_ptr<EvictionPolicy>> NewAdaptivePolicy(const Clock& clock,
+                                                          AdaptiveOptions options) {
+  if (options.candidates.empty()) return InvalidArgumentError("adaptive: no candidates");
+  if (options.min_stride == 0 || !std::has_single_bit(options.min_stride)) {
+    return InvalidArgumentError("adaptive: min_stride must be a power of two");
+  }
+  std::vector<std::unique_ptr<EvictionPolicy>> minis;
+  for (const std::string& c : options.candidates) {
+    if (c == "adaptive") return InvalidArgumentError("adaptive: cannot be its own candidate");
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> m, NewPolicy(c, clock));
+    minis.push_back(std::move(m));
+  }
+  std::vector<std::unique_ptr<EvictionPolicy>> live;
+  for (const std::string& c : options.candidates) {
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> p, NewPolicy(c, clock));
+    live.push_back(std::move(p));
+  }
+  std::unique_ptr<EvictionPolicy> policy = std::make_unique<AdaptivePolicy>(
+      clock, std::move(options), std::move(minis), std::move(live), NewPriorityPolicy(clock));
+  return policy;
+}
+
+}  // namespace kvtier::eviction
