@@ -43,7 +43,8 @@ TEST(ReplayFlagsTest, BadSweepFlagsAreRefusedBeforeTheTraceIsRead) {
            {"--capacity-blocks 100,0", "--capacity-blocks: \"0\" is not a whole number"},
            {"--capacity-blocks 99999999999999999999", "\"99999999999999999999\" is not"},
            {"--capacity-blocks ,", "--capacity-blocks: no capacity given"},
-           {"--policies lru,nope", "--policies: unknown policy \"nope\" (known: opt, lru"},
+           {"--policies lru,nope",
+            "--policies: unknown policy \"nope\" (known: opt, adaptive, lru"},
            {"--combine zip", "--combine: \"zip\" is neither interleave nor concat"},
        }) {
     const auto [status, text] = RunCli(replay + flags);
