@@ -65,6 +65,32 @@ class Families {
     }
   }
 
+  // One sample per candidate of each tier's adaptive policy, labelled
+  // tier= and candidate=.
+  template <typename F>
+  void PerCandidate(const char* name, MetricType type, const char* help, F value) {
+    MetricFamily& f = Add(name, type, help);
+    for (const TierStats& t : s_.engine.tiers) {
+      if (!t.present || !t.adaptive) continue;
+      for (const eviction::CandidateReport& c : t.adaptive->candidates) {
+        f.metric.push_back(
+            Sample(type, value(c),
+                   {{"tier", std::string(tiers::TierKindName(t.kind))}, {"candidate", c.name}}));
+      }
+    }
+  }
+
+  // One sample of 1 per present tier, labelled tier= and policy=.
+  void PolicyInfo(const char* name, const char* help) {
+    MetricFamily& f = Add(name, MetricType::Gauge, help);
+    for (const TierStats& t : s_.engine.tiers) {
+      if (!t.present) continue;
+      f.metric.push_back(
+          Sample(MetricType::Gauge, 1,
+                 {{"tier", std::string(tiers::TierKindName(t.kind))}, {"policy", t.policy}}));
+    }
+  }
+
   // One sample per operation, labelled op="lookup" etc.
   template <typename F>
   void PerOp(const char* name, MetricType type, const char* help, F value) {
@@ -215,6 +241,17 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
   f.PerTier("kvtier_moved_bytes_total", kCounter,
             "Bytes copied into the tier by demotions and promotions",
             [](const TierStats& t) { return t.bytes_in; });
+  // Eviction policies.
+  f.PolicyInfo("kvtier_eviction_policy_info", "The tier's eviction policy (always 1)");
+  f.PerCandidate("kvtier_eviction_candidate_followed", kGauge,
+                 "1 for the candidate the tier's adaptive policy follows, 0 for the others",
+                 [](const eviction::CandidateReport& c) { return c.followed ? 1.0 : 0.0; });
+  f.PerCandidate("kvtier_eviction_candidate_sampled_hit_ratio", kGauge,
+                 "Recent block hit rate of the candidate's miniature cache on the sampled keys",
+                 [](const eviction::CandidateReport& c) { return c.sampled_hit_rate; });
+  f.PerTier("kvtier_eviction_policy_switches_total", kCounter,
+            "Times the tier's adaptive policy changed the candidate it follows (0: fixed policy)",
+            [](const TierStats& t) { return t.adaptive ? t.adaptive->switches : 0; });
   f.Scalar("kvtier_dropped_blocks_total", kCounter,
            "Blocks that left the last tier (evicted, or orphaned by a dropped parent)",
            static_cast<double>(e.dropped_blocks));
@@ -372,6 +409,15 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
     add(p + "demotions_in", t.demotions_in);
     add(p + "promotions_in", t.promotions_in);
     add(p + "bytes_in", t.bytes_in);
+    add(p + "policy", t.policy);
+    if (!t.adaptive) continue;
+    for (const eviction::CandidateReport& c : t.adaptive->candidates) {
+      if (c.followed) add(p + "policy_follows", c.name);
+      add(p + "candidate." + c.name + ".sampled_hit_rate", c.sampled_hit_rate);
+    }
+    add(p + "policy_switches", t.adaptive->switches);
+    add(p + "policy_sampled_refs", t.adaptive->sampled_refs);
+    add(p + "policy_sample_stride", t.adaptive->sample_stride);
   }
   // Latency histograms: the bucket bounds once, then per operation its
   // counts per bucket (not cumulative; the last is above the last bound),

@@ -632,6 +632,8 @@ EngineStats CacheEngine::Stats() const {
     if (t == nullptr) continue;
     ts.emulated = t->emulated();
     ts.description = t->description();
+    ts.policy = std::string(policies_[i]->name());
+    ts.adaptive = policies_[i]->adaptive_report();
     ts.capacity_bytes = t->capacity_bytes();
     ts.used_bytes = t->used_bytes();
     ts.blocks = policies_[i]->size();

@@ -115,6 +115,9 @@ struct TierStats {
   uint64_t demotions_in = 0;   // blocks that arrived from the tier above
   uint64_t promotions_in = 0;  // blocks that arrived from the tier below
   uint64_t bytes_in = 0;       // bytes copied into the tier by moves
+  std::string policy;          // the eviction policy's name
+  // What the adaptive policy follows and why; absent for fixed policies.
+  std::optional<eviction::AdaptiveReport> adaptive;
 };
 
 struct EngineStats {

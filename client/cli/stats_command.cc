@@ -7,6 +7,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <memory>
@@ -137,10 +138,27 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
+// "lru", or for the adaptive policy "adaptive: lru (leaf-lru 0.41, lru 0.43,
+// s3fifo 0.39; 2 switches)": what it follows, each candidate's sampled hit rate.
+std::string Policy(const Figures& f, const std::string& p) {
+  std::string out = f.Text(p + "policy");
+  const std::string follows = f.Text(p + "policy_follows");
+  if (follows.empty()) return out;
+  out += ": " + follows + " (";
+  for (const char* c : {"leaf-lru", "lru", "s3fifo"}) {
+    const std::string rate = f.Text(p + "candidate." + c + ".sampled_hit_rate");
+    if (rate.empty()) continue;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s %.2f, ", c, std::strtod(rate.c_str(), nullptr));
+    out += buf;
+  }
+  return out + Int(f.Num(p + "policy_switches")) + " switches)";
+}
+
 void PrintTiers(const Figures& f) {
   Table t;
   t.Row({"tier", "capacity", "used", "blocks", "pinned", "lookup hits", "acquire hits", "evictions",
-         "demoted in", "promoted in", "moved in"});
+         "demoted in", "promoted in", "moved in", "policy"});
   for (const char* tier : kTiers) {
     const std::string p = std::string("tier.") + tier + ".";
     if (f.Num(p + "present") == 0) {
@@ -153,7 +171,7 @@ void PrintTiers(const Figures& f) {
            FormatBytes(capacity), FormatBytes(used) + " (" + Percent(used, capacity) + ")",
            Int(f.Num(p + "blocks")), Int(f.Num(p + "pinned_blocks")), Int(f.Num(p + "lookup_hits")),
            Int(f.Num(p + "hits")), Int(f.Num(p + "evictions")), Int(f.Num(p + "demotions_in")),
-           Int(f.Num(p + "promotions_in")), FormatBytes(f.Num(p + "bytes_in"))});
+           Int(f.Num(p + "promotions_in")), FormatBytes(f.Num(p + "bytes_in")), Policy(f, p)});
   }
   t.Print();
 }

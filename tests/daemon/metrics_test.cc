@@ -172,12 +172,15 @@ class MetricsTest : public ::testing::Test {
  protected:
   // A daemon with all three tiers (a 2 MiB emulated device tier of 1 MiB
   // slabs: 128 blocks of 16 KiB) and metrics on a free port.
-  void StartDaemon() {
+  void StartDaemon(const std::vector<std::string>& extra = {}) {
     char tmpl[] = "/var/tmp/kvtier-metrics-XXXXXX";
     dir_ = ::mkdtemp(tmpl);
-    daemon_ = Daemon::Start({"--metrics-address", "127.0.0.1:0", "--device", "emulated",
-                             "--device-capacity", "2MiB", "--host-slab", "1MiB", "--ssd-dir",
-                             dir_ + "/ssd", "--ssd-capacity", "32MiB"});
+    std::vector<std::string> args = {
+        "--metrics-address", "127.0.0.1:0", "--device",       "emulated",
+        "--device-capacity", "2MiB",        "--host-slab",    "1MiB",
+        "--ssd-dir",         dir_ + "/ssd", "--ssd-capacity", "32MiB"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    daemon_ = Daemon::Start(args);
     ASSERT_NE(daemon_, nullptr);
     // The line comes right after the socket is bound; wait for it.
     const std::regex port_re(R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)");
@@ -455,6 +458,60 @@ TEST_F(MetricsTest, EveryMetricTheDashboardQueriesIsExposedAndEveryMetricIsDocum
     if (family.rfind("kvtier_", 0) != 0) continue;
     EXPECT_NE(doc.find("`" + family + "`"), std::string::npos)
         << family << " (" << type << ") is not documented in docs/metrics.md";
+  }
+}
+
+// The adaptive policy on the device tier: STATS and the metrics say which
+// candidate it follows and how each scores on the sampled keys; the other
+// tiers name their fixed policy.
+TEST_F(MetricsTest, AdaptivePolicyShowsWhatItFollows) {
+  StartDaemon({"--device-policy", "adaptive"});
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  // 400 blocks through the 128-block device tier, each prompt looked up first
+  // (the lookups are what the miniature caches sample), then asked again.
+  std::vector<std::vector<BlockKey>> prompts;
+  for (uint32_t seed = 10; seed < 20; ++seed) prompts.push_back(c->Keys(Prompt(seed, 40)));
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& keys : prompts) {
+      auto found = c->Lookup(keys);
+      ASSERT_TRUE(found.ok()) << found.status().ToString();
+      if (found->tiers.size() < keys.size()) Put(*c, keys, WireTier::kDevice, 40);
+    }
+  }
+  auto list = c->Stats();
+  ASSERT_TRUE(list.ok());
+  const std::map<std::string, std::string> stats(list->begin(), list->end());
+  EXPECT_EQ(stats.at("tier.device.policy"), "adaptive");
+  EXPECT_EQ(stats.at("tier.host.policy"), "lru");
+  const std::string follows = stats.at("tier.device.policy_follows");
+  EXPECT_TRUE(follows == "leaf-lru" || follows == "lru" || follows == "s3fifo") << follows;
+  EXPECT_GT(std::stoull(stats.at("tier.device.policy_sampled_refs")), 0u);
+  EXPECT_EQ(stats.count("tier.host.policy_follows"), 0u);
+
+  const Exposition m = Scrape();
+  EXPECT_EQ(m("kvtier_eviction_policy_info{tier=\"device\",policy=\"adaptive\"}"), 1);
+  EXPECT_EQ(m("kvtier_eviction_policy_info{tier=\"host\",policy=\"lru\"}"), 1);
+  double followed = 0;
+  for (const char* candidate : {"leaf-lru", "lru", "s3fifo"}) {
+    const std::string labels = std::string("{tier=\"device\",candidate=\"") + candidate + "\"}";
+    followed += m("kvtier_eviction_candidate_followed" + labels);
+    const double rate = m("kvtier_eviction_candidate_sampled_hit_ratio" + labels);
+    EXPECT_GE(rate, 0);
+    EXPECT_LE(rate, 1);
+    EXPECT_NEAR(rate,
+                std::stod(stats.at("tier.device.candidate." + std::string(candidate) +
+                                   ".sampled_hit_rate")),
+                1e-5);
+  }
+  EXPECT_EQ(followed, 1);
+  EXPECT_EQ(m.Tier("kvtier_eviction_policy_switches_total", "device"),
+            std::stod(stats.at("tier.device.policy_switches")));
+  EXPECT_EQ(m.Tier("kvtier_eviction_policy_switches_total", "host"), 0);
+  const std::string doc = ReadFile(KVTIER_SOURCE_DIR "/docs/metrics.md");
+  for (const auto& [family, type] : m.types) {
+    if (family.rfind("kvtier_eviction", 0) != 0) continue;
+    EXPECT_NE(doc.find("`" + family + "`"), std::string::npos) << family;
   }
 }
 
