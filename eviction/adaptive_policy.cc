@@ -39,7 +39,12 @@
 // candidate's sampled hits and the reference count decay with a half-life
 // of several turnovers of a miniature cache; now and then the leader is
 // compared with the followed candidate and, leading by `margin` of the
-// references, becomes the followed one.
+// references at `streak` decisions in a row, becomes the followed one. A
+// switch is not free (the new candidate inherits blocks the old one chose to
+// keep, and LRU taking over from leaf-first drops the old interiors with
+// their subtrees), so close candidates are left alone: on the Mooncake trace
+// a streak of 1 switched back and forth between leaf-lru and lru, equal in
+// the samples, and lost 2 points to both.
 //
 // Priority retention applies on top of every candidate: a block whose
 // effective priority is not the default sits in a priority policy instead,
@@ -47,9 +52,11 @@
 // A priority that expires while its block is untouched keeps it in the
 // priority policy at the default level, behind the candidate's blocks.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cassert>
 #include <cmath>
+#include <cstdint>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -214,13 +221,15 @@ class AdaptivePolicy final : public EvictionPolicy {
   AdaptivePolicy(const Clock& clock, AdaptiveOptions options,
                  std::vector<std::unique_ptr<EvictionPolicy>> minis,
                  std::vector<std::unique_ptr<EvictionPolicy>> live,
-                 std::unique_ptr<EvictionPolicy> priority)
+                 std::unique_ptr<EvictionPolicy> priority,
+                 std::unique_ptr<EvictionPolicy> leaf_priority)
       : clock_(clock),
         options_(std::move(options)),
         live_(std::move(live)),
-        priority_(std::move(priority)),
+        priority_{std::move(priority), std::move(leaf_priority)},
         stride_(options_.min_stride) {
     for (auto& m : minis) minis_.emplace_back(std::move(m));
+    follows_leaf_ = options_.candidates.front().starts_with("leaf-");
   }
 
   std::string_view name() const override { return "adaptive"; }
@@ -257,16 +266,14 @@ class AdaptivePolicy final : public EvictionPolicy {
   }
 
   std::optional<BlockId> Victim() override {
-    const std::optional<BlockId> p = priority_->Victim();
+    full_ = true;
+    const std::optional<BlockId> p = priority_[follows_leaf_ ? 1 : 0]->Victim();
     if (p && EffectivePriority(blocks_[*p].meta) < kDefaultPriority) return p;
-    if (const std::optional<BlockId> f = live_[followed_index_]->Victim()) return f;
-    if (p) return p;
-    // Every leaf pinned under a leaf-first candidate: another candidate's
-    // victim (a block with children) rather than no room at all.
-    for (auto& other : live_) {
-      if (const std::optional<BlockId> v = other->Victim()) return v;
-    }
-    return std::nullopt;
+    // A leaf-first candidate with every leaf pinned names none, as it would
+    // alone: the engine then skips the write rather than evict an interior
+    // block and the subtree under it.
+    const std::optional<BlockId> f = live_[followed_index_]->Victim();
+    return f ? f : p;
   }
 
   size_t size() const override { return size_; }
@@ -296,7 +303,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     r.switches = switches_;
     r.sampled_refs = sampled_refs_;
     r.sample_stride = stride_;
-    r.sample_capacity = MiniCapacity();
+    r.sample_capacity = std::max<size_t>(1, high_water_ / stride_);
     return r;
   }
 
@@ -310,11 +317,17 @@ class AdaptivePolicy final : public EvictionPolicy {
 
   // The candidates' pool is every candidate's live instance.
   void PoolInsert(Where w, BlockId id, const BlockMeta& meta) {
-    if (w == Where::kPriority) return priority_->Insert(id, meta);
+    if (w == Where::kPriority) {
+      for (auto& p : priority_) p->Insert(id, meta);
+      return;
+    }
     for (auto& p : live_) p->Insert(id, meta);
   }
   void PoolErase(Where w, BlockId id) {
-    if (w == Where::kPriority) return priority_->Erase(id);
+    if (w == Where::kPriority) {
+      for (auto& p : priority_) p->Erase(id);
+      return;
+    }
     for (auto& p : live_) p->Erase(id);
   }
 
@@ -334,7 +347,7 @@ class AdaptivePolicy final : public EvictionPolicy {
       PoolInsert(w, id, meta);
       s.where = w;
     } else if (w == Where::kPriority) {
-      touch ? priority_->Touch(id, meta) : priority_->Update(id, meta);
+      for (auto& p : priority_) touch ? p->Touch(id, meta) : p->Update(id, meta);
     } else if (touch) {
       for (auto& p : live_) p->Touch(id, meta);
     } else {
@@ -342,7 +355,11 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
   }
 
-  size_t MiniCapacity() const { return std::max<size_t>(1, high_water_ / stride_); }
+  // Until the tier first evicts, it holds everything, and so do the
+  // miniature caches; from then on, the tier's size scaled by the rate.
+  size_t MiniCapacity() const {
+    return full_ ? std::max<size_t>(1, high_water_ / stride_) : SIZE_MAX;
+  }
 
   // The stride that puts about sample_blocks in a miniature cache; a change
   // restarts the samples.
@@ -361,8 +378,8 @@ class AdaptivePolicy final : public EvictionPolicy {
   // and now and then reconsiders which candidate to follow.
   void Decay(size_t n) {
     sampled_refs_ += n;
-    const double half_life =
-        std::clamp(8.0 * static_cast<double>(MiniCapacity()), 1024.0, 1048576.0);
+    const double half_life = std::clamp(
+        8.0 * static_cast<double>(std::max<size_t>(1, high_water_ / stride_)), 1024.0, 1048576.0);
     const double keep = std::exp2(-static_cast<double>(n) / half_life);
     refs_ = refs_ * keep + static_cast<double>(n);
     for (MiniCache& m : minis_) m.hits *= keep;
@@ -373,9 +390,16 @@ class AdaptivePolicy final : public EvictionPolicy {
     for (size_t i = 0; i < minis_.size(); ++i) {
       if (minis_[i].hits > minis_[best].hits) best = i;
     }
-    if (best != followed_index_ &&
-        minis_[best].hits - minis_[followed_index_].hits > options_.margin * refs_) {
+    if (best == followed_index_ ||
+        minis_[best].hits - minis_[followed_index_].hits <= options_.margin * refs_) {
+      streak_ = 0;
+      return;
+    }
+    streak_ = best == leader_ ? streak_ + 1 : 1;
+    leader_ = best;
+    if (streak_ >= options_.streak) {
       Follow(best);
+      streak_ = 0;
     }
   }
 
@@ -383,6 +407,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   // tier's blocks all along, so it takes over with its own order and state.
   void Follow(size_t i) {
     followed_index_ = i;
+    follows_leaf_ = options_.candidates[i].starts_with("leaf-");
     ++switches_;
   }
 
@@ -390,7 +415,11 @@ class AdaptivePolicy final : public EvictionPolicy {
   AdaptiveOptions options_;
   std::vector<std::unique_ptr<EvictionPolicy>> live_;  // one per candidate, all tracking
   size_t followed_index_ = 0;
-  std::unique_ptr<EvictionPolicy> priority_;
+  // The retained blocks by priority, twice: plainly, and leaf first (used
+  // while the followed candidate is leaf-first, so that it keeps a retained
+  // block's children as it keeps the others').
+  std::array<std::unique_ptr<EvictionPolicy>, 2> priority_;
+  bool follows_leaf_ = false;
   std::vector<Slot> blocks_;
   size_t size_ = 0;
   uint64_t switches_ = 0;
@@ -402,7 +431,10 @@ class AdaptivePolicy final : public EvictionPolicy {
   uint64_t next_restride_ = 0;
   uint64_t sampled_refs_ = 0;
   uint64_t since_decision_ = 0;
-  double refs_ = 0;  // decayed count of sampled references
+  bool full_ = false;    // the tier has evicted (Victim was asked)
+  size_t leader_ = 0;    // the candidate that led at the last decisions
+  uint32_t streak_ = 0;  // decisions in a row it led the followed one by margin
+  double refs_ = 0;      // decayed count of sampled references
 };
 
 }  // namespace
@@ -425,7 +457,8 @@ Result<std::unique_ptr<EvictionPolicy>> NewAdaptivePolicy(const Clock& clock,
     live.push_back(std::move(p));
   }
   std::unique_ptr<EvictionPolicy> policy = std::make_unique<AdaptivePolicy>(
-      clock, std::move(options), std::move(minis), std::move(live), NewPriorityPolicy(clock));
+      clock, std::move(options), std::move(minis), std::move(live), NewPriorityPolicy(clock),
+      NewLeafFirst(NewPriorityPolicy(clock)));
   return policy;
 }
 

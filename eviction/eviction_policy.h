@@ -164,6 +164,9 @@ struct AdaptiveOptions {
   // The sampled hit-rate lead a candidate needs over the followed one
   // before the policy switches to it.
   double margin = 0.01;
+  // ... at this many decisions in a row (about one per turnover of a
+  // miniature cache).
+  uint32_t streak = 2;
 };
 
 // Adaptive: runs a miniature simulation of each candidate on a hash-sampled

@@ -59,6 +59,17 @@ std::string FormatTable(const std::vector<SimResult>& results) {
                   r.refs_per_second());
     out += line;
   }
+  for (const SimResult& r : results) {
+    if (!r.adaptive) continue;
+    out += Fmt("%.0f blocks: adaptive ended following ", static_cast<double>(r.capacity_blocks));
+    std::string rates;
+    for (const eviction::CandidateReport& c : r.adaptive->candidates) {
+      if (c.followed) out += c.name;
+      rates += (rates.empty() ? "" : ", ") + c.name + Fmt(" %.3f", c.sampled_hit_rate);
+    }
+    out += " after " + std::to_string(r.adaptive->switches) + " switches; sampled hit rates " +
+           rates + " (1 key in " + std::to_string(r.adaptive->sample_stride) + ")\n";
+  }
   return out;
 }
 
@@ -117,6 +128,15 @@ std::string FormatJson(const std::vector<SimResult>& results) {
                         {"blocks_moved", r.blocks_moved},
                         {"bytes_moved", r.bytes_moved},
                         {"refs_per_second", r.refs_per_second()}};
+    if (r.adaptive) {
+      nlohmann::json candidates = nlohmann::json::object();
+      for (const eviction::CandidateReport& c : r.adaptive->candidates) {
+        candidates[c.name] = c.sampled_hit_rate;
+        if (c.followed) j["adaptive_follows"] = c.name;
+      }
+      j["adaptive_sampled_hit_rates"] = std::move(candidates);
+      j["adaptive_switches"] = r.adaptive->switches;
+    }
     if (r.per_block) {
       j["per_block_hits"] = r.per_block_hits;
       j["per_block_hit_rate"] = r.per_block_hit_rate();

@@ -105,6 +105,7 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
     out.promotions += t.promotions_in;
   }
   out.blocks_moved = out.demotions + out.promotions;
+  out.adaptive = st.tiers[static_cast<size_t>(TierKind::kHost)].adaptive;
   return out;
 }
 

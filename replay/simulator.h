@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
+#include "eviction/eviction_policy.h"
 #include "replay/trace.h"
 
 namespace kvtier::replay {
@@ -50,6 +52,9 @@ struct SimResult {
   // then Belady's MIN. What other cache simulators report.
   bool per_block = false;
   uint64_t per_block_hits = 0;
+  // The host tier's adaptive policy at the end of the run (policy
+  // "adaptive"): what it followed, each candidate's sampled hit rate.
+  std::optional<eviction::AdaptiveReport> adaptive;
 
   double block_hit_rate() const {
     return block_refs == 0 ? 0 : static_cast<double>(block_hits) / static_cast<double>(block_refs);

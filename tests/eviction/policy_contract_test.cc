@@ -153,8 +153,18 @@ TEST_P(PolicyContractTest, RandomMetadataKeepsTheContract) {
     m.fingerprint = rng() % 3;
     return m;
   };
+  // The adaptive policy keeps blocks with children while it follows a
+  // leaf-first candidate.
+  auto follows_leaf_first = [&] {
+    const auto report = policy_->adaptive_report();
+    if (!report) return false;
+    for (const CandidateReport& c : report->candidates) {
+      if (c.followed) return c.name.starts_with("leaf-");
+    }
+    return false;
+  };
   auto kept = [&](const BlockMeta& m) {
-    return m.pinned || (leaf_first && m.children_in_tier > 0);
+    return m.pinned || ((leaf_first || follows_leaf_first()) && m.children_in_tier > 0);
   };
   for (int step = 0; step < 20'000; ++step) {
     const BlockId id = rng() % 64;

@@ -1,0 +1,76 @@
+// The adaptive policy's own rules (the contract tests cover the rest, and
+// tests/replay/adaptive_test.cc its choices on whole traces).
+#include <gtest/gtest.h>
+
+#include "eviction/eviction_policy.h"
+
+namespace kvtier::eviction {
+namespace {
+
+BlockMeta Meta(uint8_t priority = kDefaultPriority, TimeNs expires = kNoExpiry) {
+  BlockMeta m;
+  m.size_bytes = 4096;
+  m.priority = priority;
+  m.priority_expires_at = expires;
+  return m;
+}
+
+TEST(AdaptivePolicyTest, PriorityRetentionAppliesOnTop) {
+  ManualClock clock;
+  auto p = NewPolicy("adaptive", clock);
+  ASSERT_TRUE(p.ok());
+  EvictionPolicy& a = **p;
+  a.Insert(0, Meta(90));                          // kept longest
+  a.Insert(1, Meta());                            // the candidates' block
+  a.Insert(2, Meta(10));                          // goes first
+  a.Insert(3, Meta(5, clock.Now() + kNsPerSec));  // would go first, but expires
+  clock.Advance(2 * kNsPerSec);
+  std::vector<BlockId> order;
+  while (auto v = a.Victim()) {
+    order.push_back(*v);
+    a.Erase(*v);
+  }
+  // 3's priority has expired: it counts as the default, behind the
+  // candidates' blocks.
+  EXPECT_EQ(order, (std::vector<BlockId>{2, 1, 3, 0}));
+}
+
+TEST(AdaptivePolicyTest, ReportsItsCandidatesAndFollowsTheFirstAtFirst) {
+  ManualClock clock;
+  AdaptiveOptions o;
+  o.candidates = {"lru", "s3fifo"};
+  auto p = NewAdaptivePolicy(clock, o);
+  ASSERT_TRUE(p.ok());
+  const auto r = (*p)->adaptive_report();
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->candidates.size(), 2u);
+  EXPECT_EQ(r->candidates[0].name, "lru");
+  EXPECT_TRUE(r->candidates[0].followed);
+  EXPECT_FALSE(r->candidates[1].followed);
+  EXPECT_EQ(r->switches, 0u);
+  EXPECT_GE(r->sample_stride, 8u);
+  EXPECT_TRUE((*p)->wants_references());
+  // Fixed policies report nothing and want no references.
+  auto lru = NewPolicy("lru", clock);
+  EXPECT_FALSE((*lru)->adaptive_report().has_value());
+  EXPECT_FALSE((*lru)->wants_references());
+}
+
+TEST(AdaptivePolicyTest, BadOptionsAreRefused) {
+  ManualClock clock;
+  AdaptiveOptions none;
+  none.candidates = {};
+  EXPECT_FALSE(NewAdaptivePolicy(clock, none).ok());
+  AdaptiveOptions self;
+  self.candidates = {"lru", "adaptive"};
+  EXPECT_FALSE(NewAdaptivePolicy(clock, self).ok());
+  AdaptiveOptions unknown;
+  unknown.candidates = {"lru", "nope"};
+  EXPECT_FALSE(NewAdaptivePolicy(clock, unknown).ok());
+  AdaptiveOptions stride;
+  stride.min_stride = 6;
+  EXPECT_FALSE(NewAdaptivePolicy(clock, stride).ok());
+}
+
+}  // namespace
+}  // namespace kvtier::eviction
