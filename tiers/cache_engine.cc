@@ -115,6 +115,7 @@ Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& op
     auto policy = eviction::NewPolicy(*name, *options.clock);
     if (!policy) return policy.status().WithContext(std::string(TierKindName(kind)) + " tier");
     engine->policies_[Index(kind)] = std::move(policy).value();
+    engine->references_wanted_ |= engine->policies_[Index(kind)]->wants_references();
   }
   return engine;
 }
@@ -215,9 +216,7 @@ Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKe
 }
 
 void CacheEngine::TellReferences(NamespaceId ns, std::span<const BlockKey> keys) {
-  bool wanted = false;
-  for (const auto& p : policies_) wanted |= p != nullptr && p->wants_references();
-  if (!wanted) return;
+  if (!references_wanted_) return;
   chain_fingerprints_.clear();
   const uint64_t salt = (uint64_t{ns} + 1) * 0x9e3779b97f4a7c15ULL;  // namespaces apart
   for (const BlockKey& key : keys) {

@@ -421,6 +421,7 @@ class CacheEngine {
   const Clock& clock_;
   std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers_;
   std::array<std::unique_ptr<eviction::EvictionPolicy>, kNumTierKinds> policies_;
+  bool references_wanted_ = false;            // a policy wants Referenced()
   std::vector<uint64_t> chain_fingerprints_;  // TellReferences' scratch
   std::vector<NamespaceSpec> namespaces_;     // indexed by NamespaceId
   std::vector<uint64_t> block_bytes_;         // indexed by NamespaceId
