@@ -127,7 +127,8 @@ CacheEngine::CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> dev
       copy_(options.copy != nullptr ? options.copy : options.io),
       ssd_pause_ns_(options.ssd_pause_ns),
       write_through_(options.ssd_write_through),
-      log_(options.log) {
+      log_(options.log),
+      max_hinted_per_owner_(options.max_hinted_blocks_per_owner) {
   tiers_[Index(TierKind::kDevice)] = std::move(device);
   tiers_[Index(TierKind::kHost)] = std::move(host);
   tiers_[Index(TierKind::kSsd)] = std::move(ssd);
@@ -200,6 +201,7 @@ Status CacheEngine::CheckTarget(TierKind kind) const {
 
 Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKey> keys) {
   KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  ExpireHints();
   TellReferences(ns, keys);
   LookupResult result;
   for (const BlockKey& key : keys) {
@@ -232,6 +234,7 @@ Result<Allocation> CacheEngine::Allocate(NamespaceId ns, std::optional<BlockKey>
   KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
   KVTIER_RETURN_IF_ERROR(CheckTarget(kind));
   if (keys.empty()) return InvalidArgumentError("no keys to allocate");
+  ExpireHints();
 
   AllocationRecord rec;
   rec.ns = ns;
@@ -334,6 +337,7 @@ std::vector<EntryId> CacheEngine::PinLeadingRun(NamespaceId ns, std::span<const 
     run.push_back(id);
   }
   for (EntryId id : run) Pin(id);
+  HintsUsed(run);
   // Touch the last block first so a chain's head is the most recent: the
   // tail of a prefix goes before the blocks it depends on.
   for (auto it = run.rbegin(); it != run.rend(); ++it) {
@@ -347,6 +351,7 @@ std::vector<EntryId> CacheEngine::PinLeadingRun(NamespaceId ns, std::span<const 
 Result<Lease> CacheEngine::Acquire(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind) {
   KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
   KVTIER_RETURN_IF_ERROR(CheckTarget(kind));
+  ExpireHints();
   std::vector<EntryId> run = PinLeadingRun(ns, keys);
   // A block held by another lease or writer cannot move, and one on an
   // io_bound tier needs AcquireAsync; the lease stops before either, as it
@@ -444,7 +449,7 @@ eviction::BlockMeta CacheEngine::MetaOf(EntryId id) const {
   meta.size_bytes = BlockBytes(id);
   meta.priority = b.priority;
   meta.priority_expires_at = b.priority_until;
-  meta.pinned = b.pins > 0;
+  meta.pinned = b.pins > 0 || b.hinted;  // a hint protects as a pin does, until it yields
   meta.children_in_tier = b.children_in_tier;
   const BlockKey& key = index_.key(id);
   meta.fingerprint = key.lo ^ key.hi;  // lets S3-FIFO's ghosts survive id reuse
@@ -487,13 +492,14 @@ void CacheEngine::Unpin(EntryId id) {
   PolicyOf(b.tier).Update(id, MetaOf(id));
 }
 
-Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes) {
+Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints) {
   Tier& t = *tiers_[Index(kind)];
   for (;;) {
     Result<SlotId> slot = t.Allocate(bytes);
     if (slot || slot.status().code() != StatusCode::kResourceExhausted) return slot;
     const std::optional<EntryId> victim = PolicyOf(kind).Victim();
     if (!victim) {
+      if (yield_hints && YieldHint(kind)) continue;
       return ResourceExhaustedError("the " + std::string(TierKindName(kind)) +
                                     " tier is full of pinned blocks");
     }
@@ -575,6 +581,7 @@ void CacheEngine::Drop(EntryId id) {
       if (blocks_[c].pins == 0) stack.push_back(c);  // pinned ones go at their last Unpin
     }
     if (e != id || index_.orphan(e)) ++stats_.orphan_drops;
+    if (blocks_[e].hinted) ReleaseHint(e, &stats_.hints_withdrawn);
     FreeShadow(e);
     LeaveTier(e);
     index_.Erase(e);
@@ -647,6 +654,7 @@ EngineStats CacheEngine::Stats() const {
   s.moves_in_flight = moves_in_flight_;
   s.shadow_blocks = shadows_;
   s.ssd_paused = clock_.Now() < ssd_paused_until_;
+  s.hinted_now = hints_.size();
   return s;
 }
 
@@ -699,6 +707,19 @@ Status CacheEngine::CheckInvariants() const {
     if (b.pins > 0) ++pinned[t];
   }
   if (pending != pending_blocks_) return fail("pending block count");
+  if (hint_expiry_.size() != hints_.size()) return fail("hint expiry count");
+  std::unordered_map<uint64_t, uint64_t> per_owner;
+  for (const auto& [id, h] : hints_) {
+    if (!index_.live(id) || !blocks_[id].hinted) return fail("a hint on a block not hinted");
+    if (!hint_expiry_.contains({h.until, id})) return fail("a hint missing from the expiry set");
+    for (uint64_t o : h.owners) ++per_owner[o];
+  }
+  if (per_owner != hinted_per_owner_) return fail("hinted blocks per owner");
+  for (EntryId id = 0; id < index_.id_limit(); ++id) {
+    if (index_.live(id) && blocks_[id].hinted && !hints_.contains(id)) {
+      return fail("block " + index_.key(id).ToHex() + " hinted without a hint");
+    }
+  }
   if (shadows != shadows_) return fail("shadow count");
   for (size_t t = 0; t < kNumTierKinds; ++t) {
     if (tiers_[t] == nullptr) continue;

@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -82,6 +83,9 @@ struct EngineOptions {
   // disk, and a later demotion costs no write. Default off (write-back: a
   // block reaches the disk when it is evicted from the host).
   bool ssd_write_through = false;
+  // Hints: how many blocks one owner (a session) may protect with hints at
+  // once. 0: no bound (the replay simulator's single worker).
+  uint64_t max_hinted_blocks_per_owner = 0;
   // Receives one line per event worth an operator's attention (an ssd
   // pause, a checksum failure), at most one per kind every 10 s with a
   // count of what it stands for. Runs on the engine's thread. May be empty.
@@ -149,6 +153,23 @@ struct EngineStats {
   bool ssd_paused = false;             // admission to the ssd tier stopped after an error
   uint64_t shadow_blocks = 0;          // write-through copies on the ssd of blocks in memory
   uint64_t write_through_skipped = 0;  // committed blocks not written through (full, paused)
+  // Hints (CacheEngine::Hint).
+  uint64_t hinted_blocks = 0;      // blocks a hint began to protect
+  uint64_t hints_used = 0;         // hinted blocks acquired while protected
+  uint64_t hints_expired = 0;      // protections that ran out unused
+  uint64_t hints_yielded = 0;      // protections given up so a write or move found room
+  uint64_t hints_withdrawn = 0;    // ended otherwise: Unhint, session end, the block removed
+                                   // or dropped with an ancestor
+  uint64_t hints_refused = 0;      // Hint calls refused: the owner's bound
+  uint64_t prefetched_blocks = 0;  // hinted blocks read from the ssd into the host ahead of use
+  uint64_t prefetched_used = 0;    // of which acquired afterwards
+  uint64_t hinted_now = 0;         // blocks protected by hints now (a gauge)
+};
+
+// What a Hint did.
+struct HintResult {
+  size_t protected_blocks = 0;  // the chain's leading present blocks, now protected
+  size_t prefetching = 0;       // of which on their way from the ssd to the host
 };
 
 class CacheEngine;
@@ -286,6 +307,28 @@ class CacheEngine {
                               std::span<const uint8_t> priorities,
                               std::span<const TimeNs> expires_at);
 
+  // Hints: `owner` (a worker's session) will soon run a request whose
+  // chain is `keys`. The leading present blocks of the chain are protected
+  // from eviction until `until` (the engine's clock), until one of them is
+  // acquired (the hint is used), or until the owner withdraws it; those on
+  // an io_bound tier (the ssd) are read into the host tier ahead of use.
+  // Protection is soft: when a tier is full of pinned and hinted blocks, a
+  // write or move that needs room ends the protection of the hinted block
+  // whose hint expires first, so hints never make a write fail. A block
+  // whose protection ends unused rejoins its policy as after an unpin (as
+  // recently used). Keys never
+  // cached are ignored. ResourceExhausted, with nothing changed, when the
+  // owner would protect more than max_hinted_blocks_per_owner blocks.
+  Result<HintResult> Hint(uint64_t owner, NamespaceId ns, std::span<const BlockKey> keys,
+                          TimeNs until);
+  // Withdraws the owner's hints on the blocks of `keys` (the request left
+  // the queue). Returns how many blocks it stopped protecting.
+  Result<size_t> Unhint(uint64_t owner, NamespaceId ns, std::span<const BlockKey> keys);
+  // Withdraws every hint of the owner (its session ended).
+  void DropHints(uint64_t owner);
+  // Blocks the owner protects with hints now.
+  uint64_t hinted_by(uint64_t owner) const;
+
   // Removes committed blocks (and, like any drop, their unpinned
   // descendants). A leased block disappears from lookups at once and is
   // freed at its last release. Returns how many of `keys` were removed.
@@ -325,6 +368,14 @@ class CacheEngine {
     bool has_shadow = false;
     bool shadow_pending = false;  // its write is in flight (the block is pinned)
     SlotId shadow = 0;
+    bool hinted = false;      // protected by hints (hints_ has its owners)
+    bool prefetched = false;  // read from the ssd by a hint, not acquired since
+  };
+
+  // The hints protecting one block: its owners, and when the last expires.
+  struct HintState {
+    TimeNs until = 0;
+    std::vector<uint64_t> owners;
   };
 
   // A promotion out of an io_bound tier: where the block goes, and the
@@ -369,8 +420,10 @@ class CacheEngine {
   void Pin(EntryId id);
   // Drops the block if it became an unpinned orphan or doomed block.
   void Unpin(EntryId id);
-  // Reserves a slot in `kind`, evicting victims until one is free.
-  Result<SlotId> MakeRoom(TierKind kind, uint64_t bytes);
+  // Reserves a slot in `kind`, evicting victims until one is free; when
+  // every block left is pinned or hinted, ends hint protections (unless
+  // `yield_hints` is false: a prefetch never evicts another hint's block).
+  Result<SlotId> MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints = true);
   // Moves the victim to the next tier down, or drops it from the last.
   void Evict(EntryId id);
   // Copies the block into `to` and frees its old slot. REQUIRES: pinned.
@@ -381,7 +434,8 @@ class CacheEngine {
   bool DemoteAsync(EntryId id, TierKind to);
   void OnDemoted(EntryId id, Status status);
   // Starts reading a block out of its io_bound tier into `to`, for the
-  // pending acquire `waiter`. False when it cannot start.
+  // pending acquire `waiter` (0: a hint's prefetch, which nobody waits
+  // for). False when it cannot start.
   bool StartPromotion(EntryId id, TierKind to, uint64_t waiter);
   // Whether moving `id` to `to` runs as an asynchronous promotion.
   bool PromotesAsync(EntryId id, TierKind to) const;
@@ -403,6 +457,15 @@ class CacheEngine {
   // The engine's namespace of an io_bound tier's namespace id, registering
   // it from the tier's table if no worker has attached to it yet.
   std::optional<NamespaceId> NamespaceForTierId(uint32_t tier_ns);
+  // Ends the hint protection of `id` (every owner), counting it in `counter`.
+  void ReleaseHint(EntryId id, uint64_t* counter);
+  // Ends the protections that have run out.
+  void ExpireHints();
+  // Ends the protection of the unpinned hinted block in `kind` whose hint
+  // expires first. False when there is none.
+  bool YieldHint(TierKind kind);
+  // Counts hinted and prefetched blocks of an acquired run as used.
+  void HintsUsed(std::span<const EntryId> run);
   // Pins the leading visible blocks of `keys` and touches them, tail first.
   std::vector<EntryId> PinLeadingRun(NamespaceId ns, std::span<const BlockKey> keys);
   // Removes an unpinned block and, iteratively, its unpinned descendants.
@@ -453,6 +516,12 @@ class CacheEngine {
   LogLimit checksum_log_, io_log_, copy_log_;
   void LogLimited(LogLimit& limit, const std::string& line);
   std::array<uint64_t, kNumTierKinds> pinned_in_tier_{};
+  // Hints: per hinted block, its owners; the hinted blocks by expiry; how
+  // many blocks each owner protects.
+  uint64_t max_hinted_per_owner_ = 0;
+  std::unordered_map<EntryId, HintState> hints_;
+  std::set<std::pair<TimeNs, EntryId>> hint_expiry_;
+  std::unordered_map<uint64_t, uint64_t> hinted_per_owner_;
   EngineStats stats_;  // counters; gauges are filled in by Stats()
 };
 

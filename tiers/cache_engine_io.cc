@@ -105,6 +105,7 @@ void CacheEngine::AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, T
                                std::function<void(Result<Lease>)> done) {
   if (Status s = CheckNamespace(ns); !s.ok()) return done(s);
   if (Status s = CheckTarget(kind); !s.ok()) return done(s);
+  ExpireHints();
   std::vector<EntryId> run = PinLeadingRun(ns, keys);
   const uint64_t pending_id = next_handle_id_++;
   PendingAcquire pending{ns, kind, {}, 0, std::move(done)};
@@ -147,7 +148,7 @@ bool CacheEngine::LeavingFor(EntryId id, TierKind kind) const {
 
 bool CacheEngine::StartPromotion(EntryId id, TierKind to, uint64_t waiter) {
   const uint64_t bytes = BlockBytes(id);
-  Result<SlotId> slot = MakeRoom(to, bytes);
+  Result<SlotId> slot = MakeRoom(to, bytes, /*yield_hints=*/waiter != 0);
   if (!slot) return false;
   Tier* src = tiers_[Index(blocks_[id].tier)].get();
   Tier* dst = tiers_[Index(to)].get();
@@ -177,7 +178,8 @@ bool CacheEngine::StartPromotion(EntryId id, TierKind to, uint64_t waiter) {
   }
   Pin(id);  // the promotion's own pin: the block cannot go while it moves
   blocks_[id].promoting = true;
-  promotions_[id] = Promotion{to, *slot, {waiter}, upload};
+  promotions_[id] = Promotion{to, *slot, {}, upload};
+  if (waiter != 0) promotions_[id].waiters.push_back(waiter);
   ++moves_in_flight_;
   return true;
 }

@@ -69,7 +69,7 @@ TEST_P(RandomEngineTest, InvariantsHoldThroughRandomOperations) {
   for (int step = 0; step < 20000; ++step) {
     const NamespaceId ns = nss[rng() % 2];
     const auto keys = RandomChain(rng, 1 + rng() % kDepth);
-    switch (rng() % 9) {
+    switch (rng() % 10) {
       case 0:
       case 1: {  // allocate; fill; keep open
         if (writes.size() >= 4) break;
@@ -137,6 +137,22 @@ TEST_P(RandomEngineTest, InvariantsHoldThroughRandomOperations) {
         }
         committed.erase({ns, k});
         ASSERT_FALSE(visible(ns, k));
+        break;
+      }
+      case 7: {  // hint a chain, withdraw hints, or end a worker's hints
+        const uint64_t owner = 1 + rng() % 2;
+        const int how = static_cast<int>(rng() % 6);
+        if (how == 0) {
+          engine->DropHints(owner);
+          ASSERT_EQ(engine->hinted_by(owner), 0u);
+        } else if (how == 1) {
+          ASSERT_TRUE(engine->Unhint(owner, ns, keys).ok());
+        } else {
+          const TimeNs ttl = static_cast<TimeNs>(rng() % 50) * kNsPerMs;
+          auto h = engine->Hint(owner, ns, keys, SystemClock().Now() + ttl);
+          ASSERT_TRUE(h.ok()) << h.status().ToString();
+          ASSERT_LE(h->protected_blocks, keys.size());
+        }
         break;
       }
       default: {  // put a whole chain

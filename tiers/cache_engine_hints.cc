@@ -1,0 +1,162 @@
+// The CacheEngine's hints: workers naming the chains of requests they will
+// run soon, so that their blocks stay and those on the ssd come up to the
+// host before they are asked for. Split from cache_engine.cc by concern;
+// same class, same thread.
+#include <algorithm>
+#include <string>
+
+#include "tiers/cache_engine.h"
+
+namespace kvtier::tiers {
+
+using prefix_index::EntryId;
+using prefix_index::kNoEntry;
+
+Result<HintResult> CacheEngine::Hint(uint64_t owner, NamespaceId ns, std::span<const BlockKey> keys,
+                                     TimeNs until) {
+  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  ExpireHints();
+  // Only the leading present run can ever hit; keys never cached are
+  // nothing to protect.
+  std::vector<EntryId> run;
+  for (const BlockKey& key : keys) {
+    const EntryId id = index_.Find(ns, key);
+    if (id == kNoEntry || !index_.visible(id)) break;
+    run.push_back(id);
+  }
+  const auto owns = [owner](const HintState& h) {
+    return std::find(h.owners.begin(), h.owners.end(), owner) != h.owners.end();
+  };
+  if (max_hinted_per_owner_ > 0) {
+    uint64_t fresh = 0;
+    for (EntryId id : run) {
+      auto it = hints_.find(id);
+      if (it == hints_.end() || !owns(it->second)) ++fresh;
+    }
+    const auto have = hinted_by(owner);
+    if (have + fresh > max_hinted_per_owner_) {
+      ++stats_.hints_refused;
+      return ResourceExhaustedError(
+          "this hint would protect " + std::to_string(have + fresh) +
+          " blocks for its session, more than the bound of " +
+          std::to_string(max_hinted_per_owner_) + " (" + std::to_string(have) + " protected now, " +
+          std::to_string(fresh) +
+          " more asked); nothing was hinted: withdraw hints or let them expire first");
+    }
+  }
+  HintResult out;
+  for (EntryId id : run) {
+    auto [it, inserted] = hints_.try_emplace(id);
+    HintState& h = it->second;
+    if (inserted) {
+      h.until = until;
+      hint_expiry_.insert({until, id});
+      blocks_[id].hinted = true;
+      ++stats_.hinted_blocks;
+      PolicyOf(blocks_[id].tier).Update(id, MetaOf(id));
+    } else if (until > h.until) {
+      hint_expiry_.erase({h.until, id});
+      h.until = until;
+      hint_expiry_.insert({until, id});
+    }
+    if (!owns(h)) {
+      h.owners.push_back(owner);
+      ++hinted_per_owner_[owner];
+    }
+    ++out.protected_blocks;
+  }
+  // Prefetch in chain order: a request reads its prefix from the start.
+  // A block pinned where it is (being leased or written) stays.
+  for (EntryId id : run) {
+    Block& b = blocks_[id];
+    if (!tiers_[Index(b.tier)]->io_bound() || b.promoting || b.pins > 0) continue;
+    if (!StartPromotion(id, TierKind::kHost, /*waiter=*/0)) break;  // no room, queue full
+    b.prefetched = true;
+    ++stats_.prefetched_blocks;
+    ++out.prefetching;
+  }
+  return out;
+}
+
+Result<size_t> CacheEngine::Unhint(uint64_t owner, NamespaceId ns, std::span<const BlockKey> keys) {
+  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  size_t withdrawn = 0;
+  for (const BlockKey& key : keys) {
+    const EntryId id = index_.Find(ns, key);
+    if (id == kNoEntry) continue;
+    auto it = hints_.find(id);
+    if (it == hints_.end()) continue;
+    std::vector<uint64_t>& owners = it->second.owners;
+    auto o = std::find(owners.begin(), owners.end(), owner);
+    if (o == owners.end()) continue;
+    owners.erase(o);
+    if (--hinted_per_owner_[owner] == 0) hinted_per_owner_.erase(owner);
+    ++withdrawn;
+    if (owners.empty()) ReleaseHint(id, &stats_.hints_withdrawn);
+  }
+  return withdrawn;
+}
+
+void CacheEngine::DropHints(uint64_t owner) {
+  if (!hinted_per_owner_.contains(owner)) return;
+  std::vector<EntryId> released;
+  for (auto& [id, h] : hints_) {
+    auto o = std::find(h.owners.begin(), h.owners.end(), owner);
+    if (o == h.owners.end()) continue;
+    h.owners.erase(o);
+    if (h.owners.empty()) released.push_back(id);
+  }
+  hinted_per_owner_.erase(owner);
+  for (EntryId id : released) ReleaseHint(id, &stats_.hints_withdrawn);
+}
+
+uint64_t CacheEngine::hinted_by(uint64_t owner) const {
+  auto it = hinted_per_owner_.find(owner);
+  return it == hinted_per_owner_.end() ? 0 : it->second;
+}
+
+void CacheEngine::ReleaseHint(EntryId id, uint64_t* counter) {
+  auto it = hints_.find(id);
+  if (it == hints_.end()) return;
+  for (uint64_t owner : it->second.owners) {
+    auto o = hinted_per_owner_.find(owner);
+    if (--o->second == 0) hinted_per_owner_.erase(o);
+  }
+  hint_expiry_.erase({it->second.until, id});
+  hints_.erase(it);
+  ++*counter;
+  Block& b = blocks_[id];
+  b.hinted = false;
+  PolicyOf(b.tier).Update(id, MetaOf(id));
+}
+
+void CacheEngine::ExpireHints() {
+  if (hint_expiry_.empty()) return;
+  const TimeNs now = clock_.Now();
+  while (!hint_expiry_.empty() && hint_expiry_.begin()->first < now) {
+    ReleaseHint(hint_expiry_.begin()->second, &stats_.hints_expired);
+  }
+}
+
+bool CacheEngine::YieldHint(TierKind kind) {
+  for (const auto& [until, id] : hint_expiry_) {
+    const Block& b = blocks_[id];
+    if (b.tier != kind || b.pins > 0) continue;
+    ReleaseHint(id, &stats_.hints_yielded);
+    return true;
+  }
+  return false;
+}
+
+void CacheEngine::HintsUsed(std::span<const EntryId> run) {
+  for (EntryId id : run) {
+    Block& b = blocks_[id];
+    if (b.hinted) ReleaseHint(id, &stats_.hints_used);
+    if (b.prefetched) {
+      b.prefetched = false;
+      ++stats_.prefetched_used;
+    }
+  }
+}
+
+}  // namespace kvtier::tiers
