@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "common/units.h"
@@ -21,6 +22,32 @@ const SimResult* OptAt(const std::vector<SimResult>& all, uint64_t capacity) {
   return nullptr;
 }
 
+// The plain (no lookahead) LRU result of the same capacity, if any.
+const SimResult* LruAt(const std::vector<SimResult>& all, uint64_t capacity) {
+  for (const SimResult& r : all) {
+    if (r.policy == "lru" && !r.lookahead() && r.capacity_blocks == capacity) return &r;
+  }
+  return nullptr;
+}
+
+// The share of the LRU->OPT gap in block hit rate that a lookahead run
+// closes: (hit(r) - hit(lru)) / (hit(opt) - hit(lru)), with plain LRU and
+// OPT of the same capacity. None for a plain run, without both, or where
+// LRU already scores OPT (no gap to close).
+std::optional<double> GapClosed(const std::vector<SimResult>& all, const SimResult& r) {
+  if (!r.lookahead()) return std::nullopt;
+  const SimResult* lru = LruAt(all, r.capacity_blocks);
+  const SimResult* opt = OptAt(all, r.capacity_blocks);
+  if (lru == nullptr || opt == nullptr) return std::nullopt;
+  const double gap = opt->block_hit_rate() - lru->block_hit_rate();
+  if (gap <= 1e-12) return std::nullopt;
+  return (r.block_hit_rate() - lru->block_hit_rate()) / gap;
+}
+
+bool AnyLookahead(const std::vector<SimResult>& all) {
+  return std::any_of(all.begin(), all.end(), [](const SimResult& r) { return r.lookahead(); });
+}
+
 std::string Fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
@@ -32,15 +59,66 @@ bool AnyPerBlock(const std::vector<SimResult>& all) {
   return std::any_of(all.begin(), all.end(), [](const SimResult& r) { return r.per_block; });
 }
 
+// Share of the LRU->OPT gap closed, one row per lookahead run's label and
+// one column per capacity; empty without a lookahead run beside plain LRU
+// and OPT.
+std::string FormatGapClosed(const std::vector<SimResult>& results) {
+  std::set<uint64_t> capacities;
+  std::vector<std::string> labels;
+  for (const SimResult& r : results) {
+    if (!r.lookahead() || !LruAt(results, r.capacity_blocks) ||
+        !OptAt(results, r.capacity_blocks)) {
+      continue;
+    }
+    capacities.insert(r.capacity_blocks);
+    if (std::find(labels.begin(), labels.end(), r.label()) == labels.end()) {
+      labels.push_back(r.label());
+    }
+  }
+  if (labels.empty()) return "";
+  int width = 14;
+  for (const std::string& l : labels) width = std::max(width, static_cast<int>(l.size()));
+  char cell[64];
+  std::snprintf(cell, sizeof cell, "%-*s", width, "capacity");
+  std::string out =
+      "share of the LRU->OPT gap closed by lookahead hints, in block hit rate: "
+      "(hit - hit lru) / (hit opt - hit lru); - where LRU already scores OPT\n" +
+      std::string(cell);
+  for (uint64_t c : capacities) {
+    std::snprintf(cell, sizeof cell, " %10llu", static_cast<unsigned long long>(c));
+    out += cell;
+  }
+  out += "\n";
+  for (const std::string& l : labels) {
+    std::snprintf(cell, sizeof cell, "%-*s", width, l.c_str());
+    out += cell;
+    for (uint64_t c : capacities) {
+      std::string v = "-";
+      for (const SimResult& r : results) {
+        if (r.label() != l || r.capacity_blocks != c) continue;
+        if (const std::optional<double> g = GapClosed(results, r)) v = Fmt("%.3f", *g);
+      }
+      std::snprintf(cell, sizeof cell, " %10s", v.c_str());
+      out += cell;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FormatTable(const std::vector<SimResult>& results) {
   std::string out;
-  char line[256];
+  char line[512];
   const bool per_block = AnyPerBlock(results);
-  std::snprintf(line, sizeof line, "%-14s %12s %10s %10s %10s%s %10s %12s %12s %12s\n", "policy",
-                "capacity", "block hit", "token hit", "gap OPT", per_block ? "  per-block" : "",
-                "hits ssd", "demotions", "moved", "refs/s");
+  const bool lookahead = AnyLookahead(results);
+  int width = 14;  // the policy column; wider for long lookahead labels
+  for (const SimResult& r : results) width = std::max(width, static_cast<int>(r.label().size()));
+  std::snprintf(line, sizeof line, "%-*s %12s %10s %10s %10s%s %10s %12s %12s %12s%s\n", width,
+                "policy", "capacity", "block hit", "token hit", "gap OPT",
+                per_block ? "  per-block" : "", "hits ssd", "demotions", "moved", "refs/s",
+                lookahead ? "       hinted    hint used  hint yield" : "");
   out += line;
   for (const SimResult& r : results) {
     const SimResult* opt = OptAt(results, r.capacity_blocks);
@@ -50,15 +128,25 @@ std::string FormatTable(const std::vector<SimResult>& results) {
     if (per_block) {
       textbook = r.per_block ? Fmt(" %10.4f", r.per_block_hit_rate()) : "          -";
     }
+    std::string hints;
+    if (lookahead) {
+      char h[64];
+      std::snprintf(h, sizeof h, " %12llu %12llu %12llu",
+                    static_cast<unsigned long long>(r.hinted_blocks),
+                    static_cast<unsigned long long>(r.hints_used),
+                    static_cast<unsigned long long>(r.hints_yielded));
+      hints = h;
+    }
     std::snprintf(line, sizeof line,
-                  "%-14s %12llu %10.4f %10.4f %10s%s %10llu %12llu %12s %12.3g\n", r.policy.c_str(),
-                  static_cast<unsigned long long>(r.capacity_blocks), r.block_hit_rate(),
-                  r.token_hit_rate(), gap.c_str(), textbook.c_str(),
+                  "%-*s %12llu %10.4f %10.4f %10s%s %10llu %12llu %12s %12.3g%s\n", width,
+                  r.label().c_str(), static_cast<unsigned long long>(r.capacity_blocks),
+                  r.block_hit_rate(), r.token_hit_rate(), gap.c_str(), textbook.c_str(),
                   static_cast<unsigned long long>(r.hits_per_tier[2]),
                   static_cast<unsigned long long>(r.demotions), FormatBytes(r.bytes_moved).c_str(),
-                  r.refs_per_second());
+                  r.refs_per_second(), hints.c_str());
     out += line;
   }
+  out += FormatGapClosed(results);
   for (const SimResult& r : results) {
     if (!r.adaptive) continue;
     out += Fmt("%.0f blocks: adaptive ended following ", static_cast<double>(r.capacity_blocks));
@@ -79,7 +167,13 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
       "block_hits,block_hit_rate,token_hit_rate,gap_to_opt,hits_device,hits_host,hits_ssd,"
       "demotions,promotions,blocks_moved,bytes_moved,refs_per_second";
   const bool per_block = AnyPerBlock(results);
-  out += per_block ? ",per_block_hit_rate\n" : "\n";
+  const bool lookahead = AnyLookahead(results);
+  if (per_block) out += ",per_block_hit_rate";
+  if (lookahead) {
+    out +=
+        ",lookahead_requests,lookahead_seconds,hinted_blocks,hints_used,hints_yielded,gap_closed";
+  }
+  out += "\n";
   for (const SimResult& r : results) {
     const SimResult* opt = OptAt(results, r.capacity_blocks);
     char line[512];
@@ -101,6 +195,16 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
         static_cast<unsigned long long>(r.blocks_moved), r.refs_per_second());
     out += line;
     if (per_block) out += r.per_block ? Fmt(",%.6f", r.per_block_hit_rate()) : std::string(",");
+    if (lookahead) {
+      const std::optional<double> closed = GapClosed(results, r);
+      std::snprintf(line, sizeof line, ",%llu,%g,%llu,%llu,%llu,%s",
+                    static_cast<unsigned long long>(r.lookahead_requests), r.lookahead_seconds,
+                    static_cast<unsigned long long>(r.hinted_blocks),
+                    static_cast<unsigned long long>(r.hints_used),
+                    static_cast<unsigned long long>(r.hints_yielded),
+                    closed ? Fmt("%.6f", *closed).c_str() : "");
+      out += line;
+    }
     out += "\n";
   }
   return out;
@@ -108,6 +212,7 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
 
 std::string FormatJson(const std::vector<SimResult>& results) {
   nlohmann::json out = nlohmann::json::array();
+  const bool lookahead = AnyLookahead(results);
   for (const SimResult& r : results) {
     nlohmann::json j = {{"policy", r.policy},
                         {"capacity_blocks", r.capacity_blocks},
@@ -137,6 +242,15 @@ std::string FormatJson(const std::vector<SimResult>& results) {
       j["adaptive_sampled_hit_rates"] = std::move(candidates);
       j["adaptive_switches"] = r.adaptive->switches;
     }
+    if (lookahead) {
+      j["label"] = r.label();
+      j["lookahead_requests"] = r.lookahead_requests;
+      j["lookahead_seconds"] = r.lookahead_seconds;
+      j["hinted_blocks"] = r.hinted_blocks;
+      j["hints_used"] = r.hints_used;
+      j["hints_yielded"] = r.hints_yielded;
+      if (const std::optional<double> closed = GapClosed(results, r)) j["gap_closed"] = *closed;
+    }
     if (r.per_block) {
       j["per_block_hits"] = r.per_block_hits;
       j["per_block_hit_rate"] = r.per_block_hit_rate();
@@ -156,7 +270,7 @@ std::string FormatSvg(const std::vector<SimResult>& results, const std::string& 
   for (const SimResult& r : results) {
     lo = std::min(lo, r.capacity_blocks);
     hi = std::max(hi, r.capacity_blocks);
-    lines[r.policy].push_back(&r);
+    lines[r.label()].push_back(&r);
   }
   if (results.empty()) return "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n";
   const double llo = std::log10(static_cast<double>(std::max<uint64_t>(lo, 1)));

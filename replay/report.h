@@ -10,15 +10,26 @@
 
 namespace kvtier::replay {
 
-// Aligned table, one row per (policy, capacity), with the gap to OPT where
-// an OPT run of the same capacity is among `results`.
+// Reports name a run by SimResult::label(): the policy, and its lookahead
+// if any ("lru+10req", "lru+60s"). Without lookahead runs among `results`
+// every report reads as before lookahead existed.
+
+// Aligned table, one row per (policy, lookahead, capacity), with the gap to
+// OPT where an OPT run of the same capacity is among `results`. With
+// lookahead runs: the hint counts, and where plain LRU and OPT of the same
+// capacity ran, the share of the LRU->OPT gap each lookahead run closes.
 std::string FormatTable(const std::vector<SimResult>& results);
-// One header line, then one line per result.
+// One header line, then one line per result. `policy` stays the policy
+// alone; with lookahead runs, the columns lookahead_requests,
+// lookahead_seconds, hinted_blocks, hints_used, hints_yielded and
+// gap_closed (empty where not defined) follow.
 std::string FormatCsv(const std::vector<SimResult>& results);
 // An array of records with at least policy, capacity_blocks,
-// block_hit_rate and token_hit_rate.
+// block_hit_rate and token_hit_rate; with lookahead runs also label,
+// lookahead_requests, lookahead_seconds, the hint counts and gap_closed.
 std::string FormatJson(const std::vector<SimResult>& results);
-// Token hit rate (y) against total capacity in blocks (x, log scale).
+// Token hit rate (y) against total capacity in blocks (x, log scale), one
+// line per label.
 std::string FormatSvg(const std::vector<SimResult>& results, const std::string& title);
 
 Status WriteFile(const std::string& path, const std::string& text);

@@ -1,6 +1,8 @@
 #include "replay/simulator.h"
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <set>
@@ -70,9 +72,31 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
 
   SimResult out;
   std::vector<BlockKey> keys;
+  std::vector<BlockKey> queued;  // a chain entering the lookahead window
+  const bool lookahead = c.lookahead_requests > 0 || c.lookahead_seconds > 0;
+  size_t hinted = 0;  // requests [0, hinted) have entered the window
+  // The waiting queue's one owner; hints never expire, they end when used
+  // or withdrawn (or yield to a write).
+  constexpr uint64_t kQueue = 1;
   const double start = Now();
-  const uint64_t every = std::max<uint64_t>(1, trace.requests.size() / 100);
-  for (const TraceRequest& r : trace.requests) {
+  const size_t n = trace.requests.size();
+  const uint64_t every = std::max<uint64_t>(1, n / 100);
+  for (size_t i = 0; i < n; ++i) {
+    const TraceRequest& r = trace.requests[i];
+    if (lookahead) {
+      // Requests i..i+N, or those due within S seconds of this one, are
+      // queued: each is hinted once, as it enters.
+      const auto enters = [&](size_t j) {
+        if (c.lookahead_requests > 0) return j - i <= c.lookahead_requests;
+        return trace.requests[j].time_s - c.lookahead_seconds <= r.time_s;
+      };
+      for (; hinted < n && enters(hinted); ++hinted) {
+        const TraceRequest& q = trace.requests[hinted];
+        queued.clear();
+        for (uint64_t id : q.ids) queued.push_back(KeyOf(q.file, id));
+        KVTIER_RETURN_IF_ERROR(e.Hint(kQueue, ns, queued, eviction::kNoExpiry).status());
+      }
+    }
     keys.clear();
     for (uint64_t id : r.ids) keys.push_back(KeyOf(r.file, id));
     KVTIER_ASSIGN_OR_RETURN(const tiers::LookupResult found, e.Lookup(ns, keys));
@@ -95,11 +119,18 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
         return write.status();
       }
     }
+    // The request left the queue: what its acquire did not use (blocks
+    // beyond a gap, or shared with a request still queued: the queue has
+    // one owner) is no longer wanted for it.
+    if (lookahead) KVTIER_RETURN_IF_ERROR(e.Unhint(kQueue, ns, keys).status());
     Account(r, found.hits, trace.block_tokens, &out);
-    if (progress && out.requests % every == 0) progress(out.requests, trace.requests.size());
+    if (progress && out.requests % every == 0) progress(out.requests, n);
   }
   out.seconds = Now() - start;
   const tiers::EngineStats st = e.Stats();
+  out.hinted_blocks = st.hinted_blocks;
+  out.hints_used = st.hints_used;
+  out.hints_yielded = st.hints_yielded;
   for (const tiers::TierStats& t : st.tiers) {
     out.demotions += t.demotions_in;
     out.promotions += t.promotions_in;
@@ -235,12 +266,33 @@ Result<uint64_t> PerBlockHits(const Trace& trace, const std::string& policy, uin
 
 }  // namespace
 
+std::string SimResult::label() const {
+  if (lookahead_requests > 0) return policy + "+" + std::to_string(lookahead_requests) + "req";
+  if (lookahead_seconds > 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "+%gs", lookahead_seconds);
+    return policy + buf;
+  }
+  return policy;
+}
+
 Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
                            const ProgressFn& progress) {
   if (config.host_blocks == 0) return InvalidArgumentError("the host tier needs a capacity");
   if (trace.block_tokens == 0 || trace.block_tokens > 1024) {
     return InvalidArgumentError("block size of " + std::to_string(trace.block_tokens) +
                                 " tokens is not simulated (1-1024)");
+  }
+  if (!std::isfinite(config.lookahead_seconds) || config.lookahead_seconds < 0) {
+    return InvalidArgumentError("lookahead of " + std::to_string(config.lookahead_seconds) +
+                                " seconds: a finite number of seconds, 0 or more");
+  }
+  const bool lookahead = config.lookahead_requests > 0 || config.lookahead_seconds > 0;
+  if (config.lookahead_requests > 0 && config.lookahead_seconds > 0) {
+    return InvalidArgumentError("a lookahead in requests or in seconds, not both");
+  }
+  if (lookahead && config.policy == "opt") {
+    return InvalidArgumentError("opt takes no lookahead: it knows the whole trace already");
   }
   Result<SimResult> r = config.policy == "opt" ? SimulateOpt(trace, config, progress)
                                                : SimulateEngine(trace, config, progress);
@@ -253,6 +305,8 @@ Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
     r->per_block = true;
   }
   r->policy = config.policy;
+  r->lookahead_requests = config.lookahead_requests;
+  r->lookahead_seconds = config.lookahead_seconds;
   r->device_blocks = config.device_blocks;
   r->host_blocks = config.host_blocks;
   r->ssd_blocks = config.ssd_blocks;

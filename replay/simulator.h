@@ -27,7 +27,21 @@ struct SimConfig {
   // no bytes). Default 2 MiB: a 16-token block of an 8B GQA model.
   uint64_t block_bytes = 2 << 20;
   // Also count the textbook per-block hits (SimResult::per_block_hits).
+  // That count is of the policy alone, without hints: lookahead leaves it
+  // unchanged.
   bool per_block = false;
+  // Lookahead: an inference engine's waiting queue, which names the chains
+  // of the requests it will run soon (CacheEngine::Hint, one owner, no
+  // expiry). A request's chain is hinted when it enters the window and its
+  // leftover hint withdrawn (Unhint) after it ran. At most one is non-zero;
+  // 0 and 0 is the plain run. Engine policies only: "opt" already knows the
+  // future, and Simulate refuses it lookahead (InvalidArgument).
+  //   lookahead_requests = N: request j is hinted before request j - N runs
+  //     (requests i+1..i+N are hinted while i runs).
+  //   lookahead_seconds = S: request j is hinted once the running request's
+  //     time_s >= time_s of j - S.
+  uint64_t lookahead_requests = 0;
+  double lookahead_seconds = 0;
 };
 
 struct SimResult {
@@ -45,6 +59,12 @@ struct SimResult {
   uint64_t blocks_moved = 0;
   uint64_t bytes_moved = 0;  // blocks_moved x SimConfig::block_bytes
   double seconds = 0;
+  // SimConfig's lookahead, and what the hints did (tiers::EngineStats).
+  uint64_t lookahead_requests = 0;
+  double lookahead_seconds = 0;
+  uint64_t hinted_blocks = 0;  // protections begun
+  uint64_t hints_used = 0;     // hinted blocks acquired while protected
+  uint64_t hints_yielded = 0;  // protections given up so that a write found room
   // With SimConfig::per_block: the hits of the textbook per-block cache of
   // the same policy and total capacity, where every block reference counts
   // on its own (a hit need not be leading) and every missed block is
@@ -67,6 +87,10 @@ struct SimResult {
     return block_refs == 0 ? 0
                            : static_cast<double>(per_block_hits) / static_cast<double>(block_refs);
   }
+  bool lookahead() const { return lookahead_requests != 0 || lookahead_seconds != 0; }
+  // The policy with its lookahead, as reports name a run: "lru",
+  // "lru+10req", "lru+60s".
+  std::string label() const;
   double refs_per_second() const {
     return seconds == 0 ? 0 : static_cast<double>(block_refs) / seconds;
   }
