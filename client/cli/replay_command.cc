@@ -5,6 +5,7 @@
 // a running kvtierd instead (replay_live.cc).
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -24,6 +25,8 @@ struct ReplayOptions {
   std::string policies = "lru,opt";
   std::string capacity_blocks = "2000,20000";
   std::string combine = "interleave";
+  std::string lookahead_requests = "0";
+  std::string lookahead_seconds = "0";
   uint64_t device_blocks = 0;
   uint64_t ssd_blocks = 0;
   uint64_t block_bytes = 2 << 20;
@@ -51,11 +54,57 @@ std::string Title(const std::vector<std::string>& traces) {
   return name;
 }
 
-// The sweep's policies and capacities, checked before a trace is read.
+// One lookahead setting of the sweep: requests or seconds, 0 and 0 = none.
+struct Lookahead {
+  uint64_t requests = 0;
+  double seconds = 0;
+};
+
+// The sweep's policies, capacities and lookaheads, checked before a trace
+// is read.
 struct Sweep {
   std::vector<std::string> policies;
   std::vector<uint64_t> capacities;
+  std::vector<Lookahead> lookaheads;  // never empty; {0, 0} is the plain run
 };
+
+// --lookahead-requests and --lookahead-seconds: lists of values 0 or more;
+// non-zero values in one of them at most.
+Result<std::vector<Lookahead>> ParseLookaheads(const ReplayOptions& o) {
+  std::vector<Lookahead> requests, seconds;
+  for (const std::string& item : Split(o.lookahead_requests)) {
+    uint64_t n = 0;
+    const char* end = item.data() + item.size();
+    auto [ptr, ec] = std::from_chars(item.data(), end, n);
+    if (ec != std::errc() || ptr != end) {
+      return InvalidArgumentError("--lookahead-requests: \"" + item +
+                                  "\" is not a whole number of requests, 0 or more");
+    }
+    requests.push_back({n, 0});
+  }
+  for (const std::string& item : Split(o.lookahead_seconds)) {
+    double s = 0;
+    const char* end = item.data() + item.size();
+    auto [ptr, ec] = std::from_chars(item.data(), end, s);
+    if (ec != std::errc() || ptr != end || !std::isfinite(s) || s < 0) {
+      return InvalidArgumentError("--lookahead-seconds: \"" + item +
+                                  "\" is not a number of seconds, 0 or more");
+    }
+    seconds.push_back({0, s});
+  }
+  if (requests.empty()) return InvalidArgumentError("--lookahead-requests: no value given");
+  if (seconds.empty()) return InvalidArgumentError("--lookahead-seconds: no value given");
+  const auto any = [](const std::vector<Lookahead>& l) {
+    return std::any_of(l.begin(), l.end(),
+                       [](const Lookahead& a) { return a.requests != 0 || a.seconds != 0; });
+  };
+  if (any(requests) && any(seconds)) {
+    return InvalidArgumentError(
+        "--lookahead-requests and --lookahead-seconds: a queue is measured in requests or in "
+        "seconds; give non-zero values to one of them, and run again for the other");
+  }
+  return any(seconds) ? seconds : requests;
+}
 
 Result<Sweep> ParseSweep(const ReplayOptions& o) {
   Sweep sweep;
@@ -79,6 +128,7 @@ Result<Sweep> ParseSweep(const ReplayOptions& o) {
     sweep.capacities.push_back(blocks);
   }
   if (sweep.capacities.empty()) return InvalidArgumentError("--capacity-blocks: no capacity given");
+  KVTIER_ASSIGN_OR_RETURN(sweep.lookaheads, ParseLookaheads(o));
   return sweep;
 }
 
@@ -117,29 +167,43 @@ int Run(const ReplayOptions& o) {
   std::vector<replay::SimResult> results;
   int failed = 0;
   for (const std::string& policy : sweep->policies) {
+    // OPT knows the whole trace: a lookahead adds nothing to it, so it runs
+    // once per capacity.
+    const std::vector<Lookahead> lookaheads =
+        policy == "opt" ? std::vector{Lookahead{}} : sweep->lookaheads;
     for (const uint64_t blocks : sweep->capacities) {
-      const std::string cap = std::to_string(blocks);
-      replay::SimConfig c;
-      c.policy = policy;
-      c.host_blocks = blocks;
-      c.device_blocks = o.device_blocks;
-      c.ssd_blocks = o.ssd_blocks;
-      c.block_bytes = o.block_bytes;
-      c.per_block = o.per_block;
-      auto r = replay::Simulate(*trace, c, [&](uint64_t done, uint64_t total) {
-        if (!o.quiet && total > 10'000) {
-          std::fprintf(stderr, "\r%-10s %10s blocks: %3.0f%%", policy.c_str(), cap.c_str(),
-                       100.0 * static_cast<double>(done) / static_cast<double>(total));
+      for (const Lookahead& ahead : lookaheads) {
+        const std::string cap = std::to_string(blocks);
+        replay::SimConfig c;
+        c.policy = policy;
+        c.host_blocks = blocks;
+        c.device_blocks = o.device_blocks;
+        c.ssd_blocks = o.ssd_blocks;
+        c.block_bytes = o.block_bytes;
+        c.lookahead_requests = ahead.requests;
+        c.lookahead_seconds = ahead.seconds;
+        // The textbook count has no hints: the plain run's says it all.
+        c.per_block = o.per_block && ahead.requests == 0 && ahead.seconds == 0;
+        replay::SimResult named;
+        named.policy = policy;
+        named.lookahead_requests = ahead.requests;
+        named.lookahead_seconds = ahead.seconds;
+        const std::string label = named.label();
+        auto r = replay::Simulate(*trace, c, [&](uint64_t done, uint64_t total) {
+          if (!o.quiet && total > 10'000) {
+            std::fprintf(stderr, "\r%-16s %10s blocks: %3.0f%%", label.c_str(), cap.c_str(),
+                         100.0 * static_cast<double>(done) / static_cast<double>(total));
+          }
+        });
+        if (!o.quiet && trace->requests.size() > 10'000) std::fprintf(stderr, "\n");
+        if (!r) {  // reported, and the other runs go on
+          std::fprintf(stderr, "kvtier replay: %s at %s blocks: %s\n", label.c_str(), cap.c_str(),
+                       std::string(r.status().message()).c_str());
+          ++failed;
+          continue;
         }
-      });
-      if (!o.quiet && trace->requests.size() > 10'000) std::fprintf(stderr, "\n");
-      if (!r) {  // reported, and the other runs go on
-        std::fprintf(stderr, "kvtier replay: %s at %s blocks: %s\n", policy.c_str(), cap.c_str(),
-                     std::string(r.status().message()).c_str());
-        ++failed;
-        continue;
+        results.push_back(*r);
       }
-      results.push_back(*r);
     }
   }
   if (results.empty()) return 1;
@@ -174,6 +238,17 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
                   "(one after another) [interleave]");
   cmd->add_option("--capacity-blocks", o->capacity_blocks,
                   "comma-separated host-tier capacities in blocks [2000,20000]");
+  cmd->add_option(
+      "--lookahead-requests", o->lookahead_requests,
+      "comma-separated waiting-queue depths in requests: each request's chain is hinted to the "
+      "engine (protected from eviction) N requests before it runs, the rest withdrawn after it "
+      "ran; 0 = no hints. Each value is one run of every policy and capacity; opt runs once (it "
+      "knows the future already); --per-block counts the runs without lookahead only. Non-zero "
+      "values here or in --lookahead-seconds, not both [0]");
+  cmd->add_option("--lookahead-seconds", o->lookahead_seconds,
+                  "comma-separated waiting-queue depths in seconds of the trace's time: a "
+                  "request's chain is hinted once the running request is within S seconds of "
+                  "it; otherwise as --lookahead-requests [0]");
   cmd->add_option("--device-blocks", o->device_blocks, "device tier above the host [0 = none]");
   cmd->add_option("--ssd-blocks", o->ssd_blocks, "ssd tier below the host [0 = none]");
   cmd->add_option("--block-bytes", o->block_bytes,

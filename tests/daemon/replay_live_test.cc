@@ -75,5 +75,51 @@ TEST(ReplayFlagsTest, PerBlockAddsTheTextbookColumn) {
   EXPECT_EQ(plain.find("per-block"), std::string::npos) << plain;
 }
 
+// --lookahead-requests / --lookahead-seconds: lists like the capacities,
+// checked before the trace is read; non-zero values in one of them only.
+TEST(ReplayFlagsTest, BadLookaheadFlagsAreRefusedBeforeTheTraceIsRead) {
+  const std::string replay = "replay --quiet --trace /nonexistent/trace.json ";
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--lookahead-requests -1", "--lookahead-requests: \"-1\" is not a whole number"},
+           {"--lookahead-requests 1,x", "--lookahead-requests: \"x\" is not a whole number"},
+           {"--lookahead-requests 1.5", "--lookahead-requests: \"1.5\" is not a whole number"},
+           {"--lookahead-requests ,", "--lookahead-requests: no value given"},
+           {"--lookahead-seconds -2", "--lookahead-seconds: \"-2\" is not a number of seconds"},
+           {"--lookahead-seconds inf", "--lookahead-seconds: \"inf\" is not a number"},
+           {"--lookahead-seconds 1s", "--lookahead-seconds: \"1s\" is not a number"},
+           {"--lookahead-requests 0,10 --lookahead-seconds 60",
+            "--lookahead-requests and --lookahead-seconds: a queue is measured in requests or "
+            "in seconds"},
+       }) {
+    const auto [status, text] = RunCli(replay + flags);
+    EXPECT_EQ(status, 2) << flags << ": " << text;
+    EXPECT_NE(text.find(message), std::string::npos) << flags << ": " << text;
+    EXPECT_EQ(text.find("/nonexistent"), std::string::npos) << flags << ": " << text;
+  }
+  // Zeros beside the other kind's values are fine.
+  const auto [status, text] =
+      RunCli(replay + "--lookahead-requests 0 --lookahead-seconds 0,1.5,60");
+  EXPECT_EQ(status, 1) << text;
+  EXPECT_NE(text.find("cannot open trace /nonexistent/trace.json"), std::string::npos) << text;
+}
+
+// A lookahead sweep: one run per (policy, capacity, lookahead), opt once,
+// labelled beside the policy, with the share of the LRU->OPT gap closed.
+TEST(ReplayFlagsTest, LookaheadRunsAreLabelledAndMeasuredAgainstTheGap) {
+  const std::string trace = KVTIER_TEST_DATA_DIR "/kv-cache-tester/trace_0180.json";
+  const std::string csv = ::testing::TempDir() + "/lookahead.csv";
+  const auto [status, text] = RunCli(
+      "replay --quiet --trace " + trace +
+      " --policies lru,opt --capacity-blocks 100,1000 --lookahead-requests 0,10 --csv " + csv);
+  EXPECT_EQ(status, 0) << text;
+  EXPECT_NE(text.find("lru+10req"), std::string::npos) << text;
+  EXPECT_NE(text.find("share of the LRU->OPT gap closed"), std::string::npos) << text;
+  const auto [cat_status, table] = Shell("cat " + csv);
+  EXPECT_NE(table.find(",gap_closed\n"), std::string::npos) << table;
+  size_t rows = 0;
+  for (char ch : table) rows += ch == '\n';
+  EXPECT_EQ(rows, 1u + 2 * 2 + 2) << table;  // header, lru x 2 lookaheads, opt once, x 2 capacities
+}
+
 }  // namespace
 }  // namespace kvtier::testing
