@@ -146,10 +146,10 @@ std::string FormatTable(const std::vector<SimResult>& results) {
                   r.refs_per_second(), hints.c_str());
     out += line;
   }
-  out += FormatGapClosed(results);
   for (const SimResult& r : results) {
     if (!r.adaptive) continue;
-    out += Fmt("%.0f blocks: adaptive ended following ", static_cast<double>(r.capacity_blocks));
+    out += Fmt("%.0f blocks: ", static_cast<double>(r.capacity_blocks)) + r.label() +
+           " ended following ";
     std::string rates;
     for (const eviction::CandidateReport& c : r.adaptive->candidates) {
       if (c.followed) out += c.name;
@@ -158,6 +158,7 @@ std::string FormatTable(const std::vector<SimResult>& results) {
     out += " after " + std::to_string(r.adaptive->switches) + " switches; sampled hit rates " +
            rates + " (1 key in " + std::to_string(r.adaptive->sample_stride) + ")\n";
   }
+  out += FormatGapClosed(results);
   return out;
 }
 
