@@ -181,7 +181,7 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
     std::snprintf(
         line, sizeof line,
         "%s,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%s,%llu,%llu,%llu,%llu,%llu,"
-        "%llu,%.0f",
+        "%llu,%llu,%.0f",
         r.policy.c_str(), static_cast<unsigned long long>(r.capacity_blocks),
         static_cast<unsigned long long>(r.device_blocks),
         static_cast<unsigned long long>(r.host_blocks),
@@ -193,7 +193,8 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
         static_cast<unsigned long long>(r.hits_per_tier[1]),
         static_cast<unsigned long long>(r.hits_per_tier[2]),
         static_cast<unsigned long long>(r.demotions), static_cast<unsigned long long>(r.promotions),
-        static_cast<unsigned long long>(r.blocks_moved), r.refs_per_second());
+        static_cast<unsigned long long>(r.blocks_moved),
+        static_cast<unsigned long long>(r.bytes_moved), r.refs_per_second());
     out += line;
     if (per_block) out += r.per_block ? Fmt(",%.6f", r.per_block_hit_rate()) : std::string(",");
     if (lookahead) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
@@ -43,6 +44,55 @@ TEST(ReportTest, EveryPolicyOfThePlotHasItsOwnColourAndDash) {
   }
   EXPECT_EQ(lines, policies.size());
   EXPECT_EQ(styles.size(), policies.size()) << svg;
+}
+
+// Every CSV row has the header's fields, each under its name, with and
+// without the optional columns.
+TEST(ReportTest, CsvRowsHaveTheHeadersFields) {
+  const auto fields = [](const std::string& line) {
+    std::vector<std::string> out(1);
+    for (char c : line) {
+      if (c == ',') {
+        out.emplace_back();
+      } else {
+        out.back() += c;
+      }
+    }
+    return out;
+  };
+  SimResult r;
+  r.policy = "lru";
+  r.capacity_blocks = 100;
+  r.block_refs = 10;
+  r.blocks_moved = 3;
+  r.bytes_moved = 12345;
+  r.seconds = 0.5;
+  SimResult textbook = r;
+  textbook.per_block = true;
+  SimResult ahead = r;
+  ahead.lookahead_requests = 10;
+  for (const std::vector<SimResult>& results :
+       std::vector<std::vector<SimResult>>{{r}, {r, textbook}, {r, ahead}, {r, textbook, ahead}}) {
+    const std::string csv = FormatCsv(results);
+    std::vector<std::string> lines;
+    for (size_t at = 0, nl; (nl = csv.find('\n', at)) != std::string::npos; at = nl + 1) {
+      lines.push_back(csv.substr(at, nl - at));
+    }
+    ASSERT_EQ(lines.size(), results.size() + 1) << csv;
+    const std::vector<std::string> header = fields(lines[0]);
+    for (size_t i = 1; i < lines.size(); ++i) {
+      const std::vector<std::string> row = fields(lines[i]);
+      ASSERT_EQ(row.size(), header.size()) << csv;
+      for (size_t f = 0; f < header.size(); ++f) {
+        const std::map<std::string, std::string> want = {
+            {"blocks_moved", "3"}, {"bytes_moved", "12345"}, {"refs_per_second", "20"}};
+        auto it = want.find(header[f]);
+        if (it != want.end()) {
+          EXPECT_EQ(row[f], it->second) << header[f] << " in " << csv;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
