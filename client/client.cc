@@ -434,6 +434,32 @@ Result<uint64_t> Client::SetRetention(std::span<const BlockKey> keys,
   return reply->count;
 }
 
+Result<protocol::HintReply> Client::Hint(std::span<const BlockKey> keys, uint32_t ttl_ms) {
+  if (keys.empty()) return protocol::HintReply{};
+  KVTIER_RETURN_IF_ERROR(CheckKeys(keys));
+  const uint64_t id = NextId();
+  tx_.clear();
+  protocol::EncodeHint(
+      id, {.keys = {keys.begin(), keys.end()}, .ttl_ms = ttl_ms, .withdraw = false}, &tx_);
+  KVTIER_ASSIGN_OR_RETURN(auto payload, Call(Opcode::kHint, id));
+  auto reply = protocol::DecodeHintReply(payload);
+  if (!reply.ok()) return Malformed(Opcode::kHint, reply.status());
+  return *reply;
+}
+
+Result<uint64_t> Client::Unhint(std::span<const BlockKey> keys) {
+  if (keys.empty()) return uint64_t{0};
+  KVTIER_RETURN_IF_ERROR(CheckKeys(keys));
+  const uint64_t id = NextId();
+  tx_.clear();
+  protocol::EncodeHint(id, {.keys = {keys.begin(), keys.end()}, .ttl_ms = 0, .withdraw = true},
+                       &tx_);
+  KVTIER_ASSIGN_OR_RETURN(auto payload, Call(Opcode::kHint, id));
+  auto reply = protocol::DecodeHintReply(payload);
+  if (!reply.ok()) return Malformed(Opcode::kHint, reply.status());
+  return reply->blocks;
+}
+
 Result<std::vector<std::pair<std::string, std::string>>> Client::Stats() {
   const uint64_t id = NextId();
   tx_.clear();

@@ -235,6 +235,17 @@ class Client {
   // blocks were updated.
   Result<uint64_t> SetRetention(std::span<const BlockKey> keys,
                                 std::span<const protocol::RetentionRange> ranges);
+  // Hints that this worker will soon run a request whose chain is `keys`:
+  // the daemon keeps its cached blocks for `ttl_ms` (0: the daemon's
+  // default, server.hint_ttl_ms) or until they are acquired, and reads those
+  // on the ssd into the host meanwhile. Hinted blocks per session are
+  // bounded (server.max_hinted_blocks_per_session): past it the hint is
+  // refused, RESOURCE_EXHAUSTED, and nothing changes. Keys never cached are
+  // ignored.
+  Result<protocol::HintReply> Hint(std::span<const BlockKey> keys, uint32_t ttl_ms = 0);
+  // Ends this session's hints on `keys` (the request will not run after
+  // all); the count of blocks whose protection it ended.
+  Result<uint64_t> Unhint(std::span<const BlockKey> keys);
   // The daemon's counters and settings, "name value" pairs.
   Result<std::vector<std::pair<std::string, std::string>>> Stats();
 

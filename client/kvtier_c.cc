@@ -296,6 +296,28 @@ int kvtier_set_retention(kvtier_client* client, const kvtier_key* keys, size_t n
   });
 }
 
+int kvtier_hint(kvtier_client* client, const kvtier_key* keys, size_t n, uint32_t ttl_ms,
+                size_t* protected_blocks, size_t* prefetching) {
+  return Guard(client, [&] {
+    if (client == nullptr || (keys == nullptr && n > 0)) return NullArgument(client, "argument");
+    auto reply = client->impl->Hint(ToKeys(keys, n), ttl_ms);
+    if (!reply.ok()) return Fail(client, reply.status());
+    if (protected_blocks != nullptr) *protected_blocks = static_cast<size_t>(reply->blocks);
+    if (prefetching != nullptr) *prefetching = static_cast<size_t>(reply->prefetching);
+    return KVTIER_OK;
+  });
+}
+
+int kvtier_unhint(kvtier_client* client, const kvtier_key* keys, size_t n, size_t* withdrawn) {
+  return Guard(client, [&] {
+    if (client == nullptr || (keys == nullptr && n > 0)) return NullArgument(client, "argument");
+    auto count = client->impl->Unhint(ToKeys(keys, n));
+    if (!count.ok()) return Fail(client, count.status());
+    if (withdrawn != nullptr) *withdrawn = static_cast<size_t>(*count);
+    return KVTIER_OK;
+  });
+}
+
 int kvtier_stats_json(kvtier_client* client, char* buf, size_t cap, size_t* len) {
   return Guard(client, [&] {
     if (client == nullptr || len == nullptr || (buf == nullptr && cap > 0)) {

@@ -138,6 +138,19 @@ typedef struct kvtier_retention_range {
 int kvtier_set_retention(kvtier_client* client, const kvtier_key* keys, size_t n,
                          const kvtier_retention_range* ranges, size_t nranges, size_t* updated);
 
+/* Hints that this worker will soon run a request whose chain is `keys`: the
+ * daemon keeps its cached blocks for ttl_ms (0 = the daemon's default) or
+ * until acquired, and reads those on the SSD into host memory meanwhile.
+ * *protected_blocks and *prefetching (each may be NULL) = cached blocks now
+ * protected, of which being read from the SSD. Past the daemon's bound of
+ * hinted blocks per session: KVTIER_RESOURCE_EXHAUSTED, nothing changed.
+ * Keys never cached are ignored. */
+int kvtier_hint(kvtier_client* client, const kvtier_key* keys, size_t n, uint32_t ttl_ms,
+                size_t* protected_blocks, size_t* prefetching);
+/* Ends this session's hints on `keys`; *withdrawn (may be NULL) = blocks
+ * whose protection ended. */
+int kvtier_unhint(kvtier_client* client, const kvtier_key* keys, size_t n, size_t* withdrawn);
+
 /* The daemon's STATS as a JSON object, NUL-terminated. *len = its length
  * without the NUL; KVTIER_INVALID_ARGUMENT (and a truncated copy) when
  * cap <= *len. */

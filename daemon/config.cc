@@ -246,6 +246,13 @@ Status DaemonConfig::Validate() const {
         "max_leases_per_session, max_allocations_per_session and max_namespaces must be at "
         "least 1");
   }
+  if (max_hinted_blocks_per_session == 0) {
+    return InvalidArgumentError("max_hinted_blocks_per_session must be at least 1");
+  }
+  if (hint_ttl_ms == 0 || max_hint_ttl_ms > 3'600'000 || hint_ttl_ms > max_hint_ttl_ms) {
+    return InvalidArgumentError(
+        "hint_ttl_ms must be at least 1 and at most max_hint_ttl_ms, which is at most 3600000");
+  }
   for (const uint32_t ms : {hello_timeout_ms, frame_timeout_ms, reply_timeout_ms}) {
     if (ms < 100 || ms > 3'600'000) {
       return InvalidArgumentError(
@@ -314,12 +321,28 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   KVTIER_ASSIGN_OR_RETURN(const toml::table* server, section("server"));
   if (server != nullptr) {
     const toml::table& t = *server;
-    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
-        t, path, "server",
-        {"socket", "socket_mode", "socket_owner", "socket_group", "allow_uids", "allow_gids",
-         "max_payload", "max_keys", "max_sessions", "max_leases_per_session",
-         "max_allocations_per_session", "max_namespaces", "hello_timeout_ms", "frame_timeout_ms",
-         "reply_timeout_ms", "copy_threads", "busy_poll_us", "secret"}));
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(t, path, "server",
+                                          {"socket",
+                                           "socket_mode",
+                                           "socket_owner",
+                                           "socket_group",
+                                           "allow_uids",
+                                           "allow_gids",
+                                           "max_payload",
+                                           "max_keys",
+                                           "max_sessions",
+                                           "max_leases_per_session",
+                                           "max_allocations_per_session",
+                                           "max_namespaces",
+                                           "max_hinted_blocks_per_session",
+                                           "hint_ttl_ms",
+                                           "max_hint_ttl_ms",
+                                           "hello_timeout_ms",
+                                           "frame_timeout_ms",
+                                           "reply_timeout_ms",
+                                           "copy_threads",
+                                           "busy_poll_us",
+                                           "secret"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_owner", NameOrId(&c.socket_owner)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_group", NameOrId(&c.socket_group)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "allow_uids", IdList(&c.allow_uids, false)));
@@ -330,6 +353,11 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_allocations_per_session",
                                    Uint32(&c.max_allocations_per_session)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_namespaces", Uint32(&c.max_namespaces)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_hinted_blocks_per_session",
+                                   Uint32(&c.max_hinted_blocks_per_session)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "hint_ttl_ms", Uint32(&c.hint_ttl_ms)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, "server", "max_hint_ttl_ms", Uint32(&c.max_hint_ttl_ms)));
     KVTIER_RETURN_IF_ERROR(
         ReadKey(t, path, "server", "hello_timeout_ms", Uint32(&c.hello_timeout_ms)));
     KVTIER_RETURN_IF_ERROR(
@@ -407,6 +435,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   uint32_t max_keys = 0, copy_threads = 0;
   std::optional<uint32_t> busy_poll_us;
   std::optional<std::string> socket_owner, socket_group, allow_uids, allow_gids;
+  std::optional<uint32_t> max_hinted, hint_ttl_ms, max_hint_ttl_ms;
   std::optional<uint32_t> max_sessions, max_leases, max_allocations, max_namespaces,
       hello_timeout_ms, frame_timeout_ms, reply_timeout_ms;
   bool no_reserve = false;
@@ -427,6 +456,11 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "most open writes of one session [256]");
   app.add_option("--max-namespaces", max_namespaces,
                  "most namespaces (model, salt, layout) registered [4096]");
+  app.add_option("--max-hinted-blocks-per-session", max_hinted,
+                 "most blocks one session's hints protect at once [4096]");
+  app.add_option("--hint-ttl-ms", hint_ttl_ms,
+                 "how long a hint protects its blocks when the worker does not say [10000]");
+  app.add_option("--max-hint-ttl-ms", max_hint_ttl_ms, "the longest a worker may ask for [60000]");
   app.add_option("--hello-timeout-ms", hello_timeout_ms,
                  "close a connection without HELLO after this long [10000]");
   app.add_option("--frame-timeout-ms", frame_timeout_ms,
@@ -511,6 +545,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   }
   if (max_sessions) c.max_sessions = *max_sessions;
   if (max_leases) c.max_leases_per_session = *max_leases;
+  if (max_hinted) c.max_hinted_blocks_per_session = *max_hinted;
+  if (hint_ttl_ms) c.hint_ttl_ms = *hint_ttl_ms;
+  if (max_hint_ttl_ms) c.max_hint_ttl_ms = *max_hint_ttl_ms;
   if (max_allocations) c.max_allocations_per_session = *max_allocations;
   if (max_namespaces) c.max_namespaces = *max_namespaces;
   if (hello_timeout_ms) c.hello_timeout_ms = *hello_timeout_ms;

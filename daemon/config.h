@@ -59,6 +59,18 @@ struct DaemonConfig {
   // per tenant or adapter; 4096 leaves room. Beyond it a HELLO naming a new
   // namespace gets RESOURCE_EXHAUSTED; known namespaces still attach.
   uint32_t max_namespaces = 4096;
+  // Hints (HINT): most blocks one session may protect at once. A hinted
+  // block is kept like a pinned one until its hint is used, withdrawn or
+  // expires (and yields when a tier has no other room), so a worker cannot
+  // hold the cache with hints beyond this. A worker hints the requests in
+  // its waiting queue: 4096 blocks is 64 requests of 1024 tokens at 16
+  // tokens per block. Past it HINT gets RESOURCE_EXHAUSTED, nothing changes,
+  // and the session goes on.
+  uint32_t max_hinted_blocks_per_session = 4096;
+  // How long a hint protects its blocks when the worker does not say
+  // (milliseconds), and the longest a worker may ask for.
+  uint32_t hint_ttl_ms = 10'000;
+  uint32_t max_hint_ttl_ms = 60'000;
   // A connection that has not completed a HELLO this long after connecting
   // is closed (milliseconds). A real client says HELLO at once.
   uint32_t hello_timeout_ms = 10'000;

@@ -61,6 +61,7 @@ Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
   options.io = io;
   options.copy = copies;
   options.ssd_write_through = c.ssd_write_through;
+  options.max_hinted_blocks_per_owner = c.max_hinted_blocks_per_session;
   options.log = [](const std::string& line) { Log(LogLevel::kWarn, line); };
   return tiers::CacheEngine::Create(options, std::move(device), std::move(host), std::move(ssd));
 }

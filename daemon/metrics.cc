@@ -110,6 +110,18 @@ class Families {
     }
   }
 
+  // One counter per way a hint's protection ended, labelled outcome=.
+  void HintOutcomes(const char* name, const char* help) {
+    MetricFamily& f = Add(name, MetricType::Counter, help);
+    const tiers::EngineStats& e = s_.engine;
+    for (const auto& [outcome, n] :
+         {std::pair{"used", e.hints_used}, std::pair{"expired", e.hints_expired},
+          std::pair{"yielded", e.hints_yielded}, std::pair{"withdrawn", e.hints_withdrawn}}) {
+      f.metric.push_back(
+          Sample(MetricType::Counter, static_cast<double>(n), {{"outcome", outcome}}));
+    }
+  }
+
   void LatencyHistogram(const char* name, const char* help) {
     MetricFamily& f = Add(name, MetricType::Histogram, help);
     for (size_t i = 0; i < kNumOpcodes; ++i) {
@@ -280,6 +292,22 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
   f.Scalar("kvtier_ssd_write_through_skipped_total", kCounter,
            "Committed blocks not written through (SSD full or paused)",
            static_cast<double>(e.write_through_skipped));
+  // Hints.
+  f.Scalar("kvtier_hinted_blocks_total", kCounter,
+           "Cached blocks a worker's HINT began to protect (requests it will run soon)",
+           static_cast<double>(e.hinted_blocks));
+  f.Scalar("kvtier_hinted_blocks", kGauge, "Blocks protected by hints now",
+           static_cast<double>(e.hinted_now));
+  f.HintOutcomes("kvtier_hint_outcomes_total",
+                 "How the protection of hinted blocks ended: used (acquired while protected), "
+                 "expired, yielded (a write needed the room), withdrawn (by the worker, its "
+                 "session's end, or the block removed)");
+  f.Scalar("kvtier_prefetched_blocks_total", kCounter,
+           "Hinted blocks read from the SSD into the host ahead of their request",
+           static_cast<double>(e.prefetched_blocks));
+  f.Scalar("kvtier_prefetched_used_blocks_total", kCounter,
+           "Prefetched blocks acquired afterwards (the prefetch saved the request a disk read)",
+           static_cast<double>(e.prefetched_used));
   std::vector<MetricFamily> out = f.Take();
   out.front().metric.front().label = {{"version", Version()}};
   return out;
@@ -346,6 +374,8 @@ std::string RefusalLabel(Refusal why) {
       return "frame_timeout";
     case Refusal::kReplyTimeout:
       return "reply_timeout";
+    case Refusal::kMaxHinted:
+      return "max_hinted_blocks_per_session";
   }
   return "unknown";
 }
@@ -393,6 +423,14 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
   add("ssd_paused", st.ssd_paused ? 1 : 0);
   add("shadow_blocks", st.shadow_blocks);
   add("write_through_skipped", st.write_through_skipped);
+  add("hinted_blocks", st.hinted_blocks);
+  add("hinted_now", st.hinted_now);
+  add("hints_used", st.hints_used);
+  add("hints_expired", st.hints_expired);
+  add("hints_yielded", st.hints_yielded);
+  add("hints_withdrawn", st.hints_withdrawn);
+  add("prefetched_blocks", st.prefetched_blocks);
+  add("prefetched_used", st.prefetched_used);
   for (const TierStats& t : st.tiers) {
     const std::string p = "tier." + std::string(tiers::TierKindName(t.kind)) + ".";
     add(p + "present", t.present ? 1 : 0);

@@ -32,8 +32,8 @@ inline constexpr std::array<uint64_t, 17> kLatencyBoundsNs = {
     50'000'000, 100'000'000, 250'000'000, 500'000'000, 1'000'000'000};
 
 // Opcodes are 1..kNumOpcodes (protocol/wire.h).
-inline constexpr size_t kNumOpcodes = 12;
-static_assert(static_cast<size_t>(protocol::Opcode::kSetRetention) == kNumOpcodes,
+inline constexpr size_t kNumOpcodes = 13;
+static_assert(static_cast<size_t>(protocol::Opcode::kHint) == kNumOpcodes,
               "a new opcode needs its place in RequestStats");
 
 // One operation's requests: count, errors, and a latency histogram.
@@ -71,8 +71,9 @@ enum class Refusal : size_t {
   kHelloTimeout,      // no HELLO within server.hello_timeout_ms
   kFrameTimeout,      // a request frame slower than server.frame_timeout_ms
   kReplyTimeout,      // a reply unread for server.reply_timeout_ms
+  kMaxHinted,         // a HINT past server.max_hinted_blocks_per_session
 };
-inline constexpr size_t kNumRefusals = 8;
+inline constexpr size_t kNumRefusals = 9;
 // The metrics label and STATS name of a refusal: "permission_denied",
 // "max_sessions", ..., "reply_timeout".
 std::string RefusalLabel(Refusal why);

@@ -119,6 +119,7 @@ void Service::CloseSession(SessionState& session) {
   // RAII: destroying the handles aborts the writes and releases the leases.
   session.allocations.clear();
   session.leases.clear();
+  if (session.id != 0) engine_.DropHints(session.id);  // its queue is gone with it
   if (session.id != 0) --sessions_;
   session.id = 0;
 }
@@ -363,12 +364,42 @@ Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Reques
       protocol::EncodeCountReply(h.opcode, h.request_id, {updated}, out);
       return Status::Ok();
     }
+    case Opcode::kHint:
+      return Hint(s, h, std::get<protocol::HintRequest>(request), reply);
     case Opcode::kPut:
     case Opcode::kGet:
     case Opcode::kAcquire:
       break;
   }
   return InternalError("unhandled opcode");
+}
+
+Status Service::Hint(SessionState& s, const FrameHeader& h, const protocol::HintRequest& r,
+                     Reply* reply) {
+  protocol::HintReply rep;
+  if (r.withdraw) {
+    KVTIER_ASSIGN_OR_RETURN(rep.blocks, engine_.Unhint(s.id, s.ns, r.keys));
+    protocol::EncodeHintReply(h.request_id, rep, &reply->frame);
+    return Status::Ok();
+  }
+  if (r.ttl_ms > config_.max_hint_ttl_ms) {
+    return InvalidArgumentError(Str("a hint of ", r.ttl_ms, " ms is longer than the most allowed, ",
+                                    config_.max_hint_ttl_ms, " (server.max_hint_ttl_ms)"));
+  }
+  const uint32_t ttl_ms = r.ttl_ms == 0 ? config_.hint_ttl_ms : r.ttl_ms;
+  auto hinted = engine_.Hint(s.id, s.ns, r.keys,
+                             SystemClock().Now() + static_cast<TimeNs>(ttl_ms) * kNsPerMs);
+  if (!hinted) {
+    if (hinted.status().code() == StatusCode::kResourceExhausted) {
+      CountRefusal(Refusal::kMaxHinted);
+      return hinted.status().WithContext("server.max_hinted_blocks_per_session");
+    }
+    return hinted.status();
+  }
+  rep.blocks = hinted->protected_blocks;
+  rep.prefetching = hinted->prefetching;
+  protocol::EncodeHintReply(h.request_id, rep, &reply->frame);
+  return Status::Ok();
 }
 
 asio::awaitable<Status> Service::Put(SessionState& s, const FrameHeader& h,

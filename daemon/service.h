@@ -86,6 +86,8 @@ class Service {
                               const protocol::KeysRequest& r, Reply* reply);
   asio::awaitable<Status> AcquireRequest(SessionState& s, const protocol::FrameHeader& h,
                                          const protocol::AcquireRequest& r, Reply* reply);
+  Status Hint(SessionState& s, const protocol::FrameHeader& h, const protocol::HintRequest& r,
+              Reply* reply);
   Status Dispatch(SessionState& s, const protocol::FrameHeader& h, protocol::Request& r,
                   Reply* reply);
   void StatsReply(const protocol::FrameHeader& h, Reply* reply);

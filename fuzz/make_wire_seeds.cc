@@ -68,6 +68,7 @@ int Run(const std::string& dir) {
       {.token_begin = 0, .token_end = 32, .priority = 90, .duration_ms = 1000},
       {.token_begin = 32, .token_end = 48, .priority = 10, .duration_ms = 0}};
   EncodeSetRetention(13, keys, ranges, add("req_set_retention"));
+  EncodeHint(14, HintRequest{.keys = keys, .ttl_ms = 5000, .withdraw = false}, add("req_hint"));
 
   // ---- replies
   HelloReply hr;
@@ -102,6 +103,7 @@ int Run(const std::string& dir) {
   EncodeCountReply(Opcode::kRelease, 9, CountReply{.count = 0}, add("reply_release"));
   EncodeCountReply(Opcode::kRemove, 4, CountReply{.count = 2}, add("reply_remove"));
   EncodeCountReply(Opcode::kSetRetention, 13, CountReply{.count = 3}, add("reply_set_retention"));
+  EncodeHintReply(14, HintReply{.blocks = 3, .prefetching = 1}, add("reply_hint"));
   EncodeStatsReply(12, StatsReply{.entries = {{"version", "0.1.0"}, {"host_used_bytes", "4096"}}},
                    add("reply_stats"));
   EncodeError(Opcode::kAllocate, 5, InvalidArgumentError("too many keys (9 > 8)"),

@@ -58,6 +58,9 @@ Bytes EncodeRequest(Opcode op, uint64_t id, const Request& req) {
       EncodeSetRetention(id, ret.keys, ret.ranges, &out);
       break;
     }
+    case Opcode::kHint:
+      EncodeHint(id, std::get<HintRequest>(req), &out);
+      break;
   }
   return out;
 }
@@ -176,6 +179,10 @@ void FuzzReply(const Frame& f) {
     case Opcode::kStats:
       RoundTripReply(f, DecodeStatsReply,
                      [id](const StatsReply& m, Bytes* out) { EncodeStatsReply(id, m, out); });
+      break;
+    case Opcode::kHint:
+      RoundTripReply(f, DecodeHintReply,
+                     [id](const HintReply& m, Bytes* out) { EncodeHintReply(id, m, out); });
       break;
   }
 }

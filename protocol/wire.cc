@@ -261,6 +261,16 @@ Status DecodeRetentionBody(ByteReader& r, uint32_t max_keys, RetentionRequest* m
   return Status::Ok();
 }
 
+Status DecodeHintBody(ByteReader& r, uint32_t max_keys, HintRequest* m) {
+  KVTIER_RETURN_IF_ERROR(ReadKeys(r, max_keys, &m->keys));
+  KVTIER_RETURN_IF_ERROR(r.U32("ttl_ms", &m->ttl_ms));
+  uint8_t withdraw = 0;
+  KVTIER_RETURN_IF_ERROR(r.U8("withdraw", &withdraw));
+  if (withdraw > 1) return InvalidArgumentError("withdraw is " + Num(withdraw) + ", not 0 or 1");
+  m->withdraw = withdraw == 1;
+  return Status::Ok();
+}
+
 Status DecodeAcquireBody(ByteReader& r, uint32_t max_keys, AcquireRequest* m) {
   KVTIER_RETURN_IF_ERROR(ReadEnum(r, "tier", kMaxTier, &m->tier));
   return ReadKeys(r, max_keys, &m->keys);
@@ -323,13 +333,14 @@ std::string_view OpcodeName(Opcode op) {
       return "STATS";
     case Opcode::kSetRetention:
       return "SET_RETENTION";
+    case Opcode::kHint:
+      return "HINT";
   }
   return "UNKNOWN";
 }
 
 bool IsKnownOpcode(uint16_t op) {
-  return op >= static_cast<uint16_t>(Opcode::kHello) &&
-         op <= static_cast<uint16_t>(Opcode::kSetRetention);
+  return op >= static_cast<uint16_t>(Opcode::kHello) && op <= static_cast<uint16_t>(Opcode::kHint);
 }
 
 void EncodeHeader(const FrameHeader& h, std::span<std::byte> out) {
@@ -463,6 +474,15 @@ void EncodeSetRetention(uint64_t request_id, std::span<const BlockKey> keys,
   EndFrame(start, out);
 }
 
+void EncodeHint(uint64_t request_id, const HintRequest& r, std::vector<std::byte>* out) {
+  const size_t start = BeginRequest(Opcode::kHint, request_id, out);
+  ByteWriter w(out);
+  WriteKeys(w, r.keys);
+  w.U32(r.ttl_ms);
+  w.U8(r.withdraw ? 1 : 0);
+  EndFrame(start, out);
+}
+
 Result<Request> DecodeRequest(const FrameHeader& h, std::span<const std::byte> payload,
                               uint32_t max_keys) {
   const std::string context = std::string(OpcodeName(h.opcode)) + " request";
@@ -506,6 +526,9 @@ Result<Request> DecodeRequest(const FrameHeader& h, std::span<const std::byte> p
       break;
     case Opcode::kSetRetention:
       s = DecodeRetentionBody(r, key_cap, &req.emplace<RetentionRequest>());
+      break;
+    case Opcode::kHint:
+      s = DecodeHintBody(r, key_cap, &req.emplace<HintRequest>());
       break;
     default:
       s = InvalidArgumentError("unknown opcode " + Num(static_cast<uint16_t>(h.opcode)));
@@ -607,6 +630,14 @@ void EncodeStatsReply(uint64_t request_id, const StatsReply& r, std::vector<std:
     WriteString(w, name);
     WriteString(w, value);
   }
+  EndFrame(start, out);
+}
+
+void EncodeHintReply(uint64_t request_id, const HintReply& r, std::vector<std::byte>* out) {
+  const size_t start = BeginReply(Opcode::kHint, request_id, out);
+  ByteWriter w(out);
+  w.U64(r.blocks);
+  w.U64(r.prefetching);
   EndFrame(start, out);
 }
 
@@ -744,6 +775,13 @@ Result<GetReply> DecodeGetReply(std::span<const std::byte> payload, uint64_t blo
 Result<CountReply> DecodeCountReply(std::span<const std::byte> payload) {
   return DecodeReply<CountReply>(
       "count", payload, [](ByteReader& r, CountReply* m) { return r.U64("count", &m->count); });
+}
+
+Result<HintReply> DecodeHintReply(std::span<const std::byte> payload) {
+  return DecodeReply<HintReply>("HINT", payload, [](ByteReader& r, HintReply* m) {
+    KVTIER_RETURN_IF_ERROR(r.U64("blocks", &m->blocks));
+    return r.U64("prefetching", &m->prefetching);
+  });
 }
 
 Result<StatsReply> DecodeStatsReply(std::span<const std::byte> payload) {

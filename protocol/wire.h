@@ -52,6 +52,7 @@ enum class Opcode : uint16_t {
   kRemove = 10,
   kStats = 11,
   kSetRetention = 12,
+  kHint = 13,
 };
 std::string_view OpcodeName(Opcode op);  // "HELLO", "LOOKUP", ...
 bool IsKnownOpcode(uint16_t op);
@@ -142,8 +143,20 @@ struct RetentionRequest {
   std::vector<RetentionRange> ranges;
 };
 
-using Request = std::variant<HelloRequest, KeysRequest, AllocateRequest, HandleRequest,
-                             AcquireRequest, PutRequest, StatsRequest, RetentionRequest>;
+// HINT: the worker will soon run a request whose full blocks are `keys` (its
+// chain from the first block). The daemon protects the leading cached
+// blocks from eviction for `ttl_ms` (0: the daemon's default) or until they
+// are acquired, and reads those on the ssd into the host. `withdraw` ends
+// this session's hints on the keys instead (the request left the queue).
+struct HintRequest {
+  std::vector<BlockKey> keys;
+  uint32_t ttl_ms = 0;
+  bool withdraw = false;
+};
+
+using Request =
+    std::variant<HelloRequest, KeysRequest, AllocateRequest, HandleRequest, AcquireRequest,
+                 PutRequest, StatsRequest, RetentionRequest, HintRequest>;
 
 // Appends header + payload of a request to `out`.
 void EncodeHello(uint64_t request_id, const HelloRequest& r, std::vector<std::byte>* out);
@@ -159,6 +172,7 @@ void EncodePut(uint64_t request_id, std::optional<BlockKey> parent, std::span<co
 void EncodeStats(uint64_t request_id, std::vector<std::byte>* out);
 void EncodeSetRetention(uint64_t request_id, std::span<const BlockKey> keys,
                         std::span<const RetentionRange> ranges, std::vector<std::byte>* out);
+void EncodeHint(uint64_t request_id, const HintRequest& r, std::vector<std::byte>* out);
 
 // Decodes the payload of a request whose header was accepted. Checks every
 // length against the payload and the caps (keys <= max_keys, strings <=
@@ -222,6 +236,13 @@ struct CountReply {
   uint64_t count = 0;  // REMOVE: blocks removed; SET_RETENTION: blocks updated; else 0
 };
 
+// HINT: blocks now protected (withdraw: whose protection this session ended)
+// and, of them, those being read from the ssd into the host.
+struct HintReply {
+  uint64_t blocks = 0;
+  uint64_t prefetching = 0;
+};
+
 // STATS: "name value" pairs, one per metric; values are numbers or text.
 struct StatsReply {
   std::vector<std::pair<std::string, std::string>> entries;
@@ -240,6 +261,7 @@ std::span<std::byte> EncodeGetReplyPrefix(uint64_t request_id, uint32_t hits, ui
 void EncodeCountReply(Opcode op, uint64_t request_id, const CountReply& r,
                       std::vector<std::byte>* out);
 void EncodeStatsReply(uint64_t request_id, const StatsReply& r, std::vector<std::byte>* out);
+void EncodeHintReply(uint64_t request_id, const HintReply& r, std::vector<std::byte>* out);
 // An error reply: status != OK, payload = the message (truncated to 4 KiB).
 void EncodeError(Opcode op, uint64_t request_id, const Status& status, std::vector<std::byte>* out);
 
@@ -257,6 +279,7 @@ Result<GetReply> DecodeGetReply(std::span<const std::byte> payload, uint64_t blo
 Status DecodeGetReplyInto(std::span<const std::byte> payload, uint64_t block_bytes, GetReply* out);
 Result<CountReply> DecodeCountReply(std::span<const std::byte> payload);
 Result<StatsReply> DecodeStatsReply(std::span<const std::byte> payload);
+Result<HintReply> DecodeHintReply(std::span<const std::byte> payload);
 // The Status an error reply carries (code from the header, message from the payload).
 Status DecodeError(const FrameHeader& h, std::span<const std::byte> payload);
 

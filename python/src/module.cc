@@ -418,6 +418,31 @@ len(lease) is 0 when the first key is not cached.)")
 A block takes the highest priority of the ranges overlapping it. Returns how
 many cached blocks were updated.)")
       .def(
+          "hint",
+          [](PyClient& self, KeySequence keys, uint32_t ttl_ms) {
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            const protocol::HintReply r = ValueOrThrow(
+                self.core()->Call([&](client::Client& c) { return c.Hint(k, ttl_ms); }));
+            return std::make_pair(r.blocks, r.prefetching);
+          },
+          nb::arg("keys"), nb::arg("ttl_ms") = 0,
+          R"(Hints that this worker will soon run a request whose chain is keys.
+
+The daemon keeps the chain's cached blocks for ttl_ms (0: its default) or
+until they are acquired, and reads those on the SSD into host memory
+meanwhile. Returns (blocks protected, of which being prefetched). Past the
+daemon's bound of hinted blocks per session it raises ResourceExhausted and
+nothing changes; keys never cached are ignored.)")
+      .def(
+          "unhint",
+          [](PyClient& self, KeySequence keys) {
+            const std::vector<BlockKey> k = KeysFromPython(keys);
+            return ValueOrThrow(self.core()->Call([&](client::Client& c) { return c.Unhint(k); }));
+          },
+          nb::arg("keys"),
+          "Ends this session's hints on keys (the request will not run); returns how many "
+          "blocks it stopped protecting.")
+      .def(
           "stats",
           [](PyClient& self) {
             auto entries =

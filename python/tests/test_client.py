@@ -193,6 +193,26 @@ def test_retention_and_stats(daemon):
         assert isinstance(stats["version"], str)
 
 
+def test_hints_protect_until_used_and_are_bounded(start_daemon):
+    d = start_daemon("--max-hinted-blocks-per-session", "6")
+    with client(d) as c:
+        keys = c.block_keys(list(range(900, 964)))
+        fill(c, keys)
+        assert c.hint(keys[:4], ttl_ms=30_000) == (4, 0)
+        assert c.stats()["hinted_now"] == 4
+        with pytest.raises(kvtier.ResourceExhaustedError, match="max_hinted_blocks_per_session"):
+            c.hint(keys)
+        assert c.stats()["hinted_now"] == 4  # the refused hint changed nothing
+        assert c.hint(c.block_keys(list(range(5000, 5064)))) == (0, 0)  # never written
+        with c.acquire(keys[:4]) as lease:
+            assert len(lease) == 4
+        stats = c.stats()
+        assert stats["hints_used"] == 4
+        assert stats["hinted_now"] == 0
+        assert c.hint(keys[:2]) == (2, 0)
+        assert c.unhint(keys[:2]) == 2
+
+
 def test_emulated_device_tier_slots(start_daemon):
     d = start_daemon("--device", "emulated", "--device-capacity", "8MiB")
     with client(d) as c:

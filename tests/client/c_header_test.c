@@ -18,7 +18,8 @@ static const AnyFunction kFunctions[] = {
     (AnyFunction)&kvtier_acquire,    (AnyFunction)&kvtier_read_count,
     (AnyFunction)&kvtier_read_block, (AnyFunction)&kvtier_release,
     (AnyFunction)&kvtier_remove,     (AnyFunction)&kvtier_stats_json,
-    (AnyFunction)&kvtier_set_retention,
+    (AnyFunction)&kvtier_set_retention, (AnyFunction)&kvtier_hint,
+    (AnyFunction)&kvtier_unhint,
 };
 
 int main(void) {

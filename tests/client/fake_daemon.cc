@@ -350,6 +350,16 @@ Status Answer(FakeDaemon::State& s, const protocol::FrameHeader& h, const protoc
       protocol::EncodeCountReply(h.opcode, h.request_id, {r.keys.size()}, out);
       return Status::Ok();
     }
+    case Opcode::kHint: {
+      // The fake protects nothing; it answers with the leading cached run.
+      protocol::HintReply rep;
+      for (const auto& k : std::get<protocol::HintRequest>(req).keys) {
+        if (!s.committed.contains(k)) break;
+        ++rep.blocks;
+      }
+      protocol::EncodeHintReply(id, rep, out);
+      return Status::Ok();
+    }
     case Opcode::kStats: {
       protocol::StatsReply rep;
       rep.entries = {{"sessions", "1"},

@@ -234,7 +234,7 @@ TEST(WireReply, ErrorMessageCutAt4KiBOnACharacterBoundary) {
 }
 
 std::vector<Bytes> AllReplies() {
-  std::vector<Bytes> frames(8);
+  std::vector<Bytes> frames(9);
   EncodeHelloReply(1, TestHelloReply(), true, &frames[0]);
   EncodeLookupReply(2, {.tiers = {WireTier::kHost, WireTier::kSsd}}, &frames[1]);
   EncodeAllocateReply(3,
@@ -248,6 +248,7 @@ std::vector<Bytes> AllReplies() {
   EncodeGetReplyPrefix(6, 2, 8, &frames[5]);
   EncodeCountReply(Opcode::kRemove, 7, {.count = 3}, &frames[6]);
   EncodeStatsReply(8, {.entries = {{"a", "1"}, {"bb", "22"}}}, &frames[7]);
+  EncodeHintReply(9, {.blocks = 5, .prefetching = 2}, &frames[8]);
   return frames;
 }
 
@@ -267,6 +268,8 @@ Status DecodeReplyPayload(Opcode op, std::span<const std::byte> p) {
       return DecodeGetReply(p, 8).status();
     case Opcode::kStats:
       return DecodeStatsReply(p).status();
+    case Opcode::kHint:
+      return DecodeHintReply(p).status();
     default:
       return DecodeCountReply(p).status();
   }

@@ -72,7 +72,7 @@ TEST(WireHeader, RejectsVersionZeroAndAboveMax) {
 }
 
 TEST(WireHeader, RejectsUnknownOpcode) {
-  for (int op : {0, 13, 0xffff}) {
+  for (int op : {0, 14, 0xffff}) {
     Bytes b = ValidHeader();
     b[6] = static_cast<std::byte>(op & 0xff);
     b[7] = static_cast<std::byte>(op >> 8);
@@ -83,7 +83,8 @@ TEST(WireHeader, RejectsUnknownOpcode) {
   EXPECT_FALSE(IsKnownOpcode(0));
   EXPECT_TRUE(IsKnownOpcode(11));
   EXPECT_TRUE(IsKnownOpcode(12));  // SET_RETENTION
-  EXPECT_FALSE(IsKnownOpcode(13));
+  EXPECT_TRUE(IsKnownOpcode(13));  // HINT
+  EXPECT_FALSE(IsKnownOpcode(14));
   EXPECT_EQ(OpcodeName(Opcode::kAllocate), "ALLOCATE");
 }
 
@@ -226,6 +227,33 @@ TEST(WireRequest, SetRetentionRoundTripAndChecks) {
   frame.clear();
   EncodeSetRetention(7, Keys(1), empty, &frame);
   EXPECT_EQ(DecodeStatus(frame).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(WireRequest, HintRoundTripAndChecks) {
+  Bytes frame;
+  EncodeHint(5, {.keys = Keys(3), .ttl_ms = 2500, .withdraw = false}, &frame);
+  auto r = DecodeAs<HintRequest>(frame);
+  EXPECT_EQ(r.keys, Keys(3));
+  EXPECT_EQ(r.ttl_ms, 2500u);
+  EXPECT_FALSE(r.withdraw);
+  frame.clear();
+  EncodeHint(6, {.keys = Keys(1), .ttl_ms = 0, .withdraw = true}, &frame);
+  r = DecodeAs<HintRequest>(frame);
+  EXPECT_TRUE(r.withdraw);
+  // The withdraw byte is the frame's last: anything but 0 or 1 is refused.
+  frame.back() = std::byte{2};
+  const Status s = DecodeStatus(frame);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("withdraw"), std::string::npos) << s.message();
+
+  Bytes reply;
+  EncodeHintReply(9, {.blocks = 7, .prefetching = 3}, &reply);
+  const auto f = Split(reply);
+  EXPECT_EQ(f.h.opcode, Opcode::kHint);
+  const auto got = DecodeHintReply(f.payload);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->blocks, 7u);
+  EXPECT_EQ(got->prefetching, 3u);
 }
 
 TEST(WireRequest, StatsRoundTrip) {

@@ -80,7 +80,7 @@ inline HelloRequest TestHello() {
 
 // One valid frame of every request kind, for the truncation and fuzz tests.
 inline std::vector<Bytes> AllRequests() {
-  std::vector<Bytes> frames(14);
+  std::vector<Bytes> frames(16);
   EncodeHello(1, TestHello(), &frames[0]);
   EncodeKeys(Opcode::kLookup, 2, Keys(3), &frames[1]);
   EncodeKeys(Opcode::kGet, 3, Keys(2), &frames[2]);
@@ -97,6 +97,8 @@ inline std::vector<Bytes> AllRequests() {
   EncodeStats(13, &frames[12]);
   const RetentionRange ranges[] = {{0, 64, 80, 0}, {64, 100, 10, 30'000}};
   EncodeSetRetention(14, Keys(3), ranges, &frames[13]);
+  EncodeHint(15, {.keys = Keys(3), .ttl_ms = 5000, .withdraw = false}, &frames[14]);
+  EncodeHint(16, {.keys = Keys(1), .ttl_ms = 0, .withdraw = true}, &frames[15]);
   return frames;
 }
 
