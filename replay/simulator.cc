@@ -119,10 +119,13 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
         return write.status();
       }
     }
-    // The request left the queue: what its acquire did not use (blocks
-    // beyond a gap, or shared with a request still queued: the queue has
-    // one owner) is no longer wanted for it.
-    if (lookahead) KVTIER_RETURN_IF_ERROR(e.Unhint(kQueue, ns, keys).status());
+    // The request left the queue: what its acquire did not use is no
+    // longer wanted for it. The acquire pinned the same leading run the
+    // lookup found and used every hint on it (whoever's), so what is left
+    // lies beyond the hits.
+    if (lookahead && found.hits < keys.size()) {
+      KVTIER_RETURN_IF_ERROR(e.Unhint(kQueue, ns, std::span(keys).subspan(found.hits)).status());
+    }
     Account(r, found.hits, trace.block_tokens, &out);
     if (progress && out.requests % every == 0) progress(out.requests, n);
   }

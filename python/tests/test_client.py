@@ -196,7 +196,7 @@ def test_retention_and_stats(daemon):
 def test_hints_protect_until_used_and_are_bounded(start_daemon):
     d = start_daemon("--max-hinted-blocks-per-session", "6")
     with client(d) as c:
-        keys = c.block_keys(list(range(900, 964)))
+        keys = c.block_keys(list(range(900, 1060)))  # 10 blocks
         fill(c, keys)
         assert c.hint(keys[:4], ttl_ms=30_000) == (4, 0)
         assert c.stats()["hinted_now"] == 4
