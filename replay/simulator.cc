@@ -120,9 +120,9 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
       }
     }
     // The request left the queue: what its acquire did not use is no
-    // longer wanted for it. The acquire pinned the same leading run the
-    // lookup found and used every hint on it (whoever's), so what is left
-    // lies beyond the hits.
+    // longer wanted for it. The acquire used the hints on the run it pinned,
+    // the run the lookup found, so what is left lies beyond the hits (a
+    // withdrawal there could only take a hint of a request still queued).
     if (lookahead && found.hits < keys.size()) {
       KVTIER_RETURN_IF_ERROR(e.Unhint(kQueue, ns, std::span(keys).subspan(found.hits)).status());
     }
