@@ -712,7 +712,11 @@ Status CacheEngine::CheckInvariants() const {
   for (const auto& [id, h] : hints_) {
     if (!index_.live(id) || !blocks_[id].hinted) return fail("a hint on a block not hinted");
     if (!hint_expiry_.contains({h.until, id})) return fail("a hint missing from the expiry set");
-    for (uint64_t o : h.owners) ++per_owner[o];
+    if (h.owners.empty()) return fail("a hint without owners");
+    for (const auto& [o, hints] : h.owners) {
+      if (hints == 0) return fail("a hint owner with no hints");
+      ++per_owner[o];
+    }
   }
   if (per_owner != hinted_per_owner_) return fail("hinted blocks per owner");
   for (EntryId id = 0; id < index_.id_limit(); ++id) {

@@ -309,9 +309,13 @@ class CacheEngine {
 
   // Hints: `owner` (a worker's session) will soon run a request whose
   // chain is `keys`. The leading present blocks of the chain are protected
-  // from eviction until `until` (the engine's clock), until one of them is
-  // acquired (the hint is used), or until the owner withdraws it; those on
-  // an io_bound tier (the ssd) are read into the host tier ahead of use.
+  // from eviction until `until` (the engine's clock), until the hint is
+  // used, or until the owner withdraws it; those on an io_bound tier (the
+  // ssd) are read into the host tier ahead of use. Hints count: a block
+  // hinted for two waiting requests (a shared prefix) stays protected until
+  // both have used their hint; each acquire of a hinted block uses one hint
+  // on it (whoever acquires: the process that reads a request's blocks need
+  // not be the one that hinted it).
   // Protection is soft: when a tier is full of pinned and hinted blocks, a
   // write or move that needs room ends the protection of the hinted block
   // whose hint expires first, so hints never make a write fail. A block
@@ -321,8 +325,8 @@ class CacheEngine {
   // owner would protect more than max_hinted_blocks_per_owner blocks.
   Result<HintResult> Hint(uint64_t owner, NamespaceId ns, std::span<const BlockKey> keys,
                           TimeNs until);
-  // Withdraws the owner's hints on the blocks of `keys` (the request left
-  // the queue). Returns how many blocks it stopped protecting.
+  // Withdraws one of the owner's hints on each block of `keys` (the request
+  // left the queue). Returns how many blocks it withdrew a hint from.
   Result<size_t> Unhint(uint64_t owner, NamespaceId ns, std::span<const BlockKey> keys);
   // Withdraws every hint of the owner (its session ended).
   void DropHints(uint64_t owner);
@@ -372,10 +376,11 @@ class CacheEngine {
     bool prefetched = false;  // read from the ssd by a hint, not acquired since
   };
 
-  // The hints protecting one block: its owners, and when the last expires.
+  // The hints protecting one block: each owner with its count of hints on
+  // it (one per request hinted), and when the last expires.
   struct HintState {
     TimeNs until = 0;
-    std::vector<uint64_t> owners;
+    std::vector<std::pair<uint64_t, uint32_t>> owners;
   };
 
   // A promotion out of an io_bound tier: where the block goes, and the

@@ -24,14 +24,15 @@ Result<HintResult> CacheEngine::Hint(uint64_t owner, NamespaceId ns, std::span<c
     if (id == kNoEntry || !index_.visible(id)) break;
     run.push_back(id);
   }
-  const auto owns = [owner](const HintState& h) {
-    return std::find(h.owners.begin(), h.owners.end(), owner) != h.owners.end();
+  const auto find_owner = [owner](HintState& h) {
+    return std::find_if(h.owners.begin(), h.owners.end(),
+                        [owner](const auto& o) { return o.first == owner; });
   };
   if (max_hinted_per_owner_ > 0) {
     uint64_t fresh = 0;
     for (EntryId id : run) {
       auto it = hints_.find(id);
-      if (it == hints_.end() || !owns(it->second)) ++fresh;
+      if (it == hints_.end() || find_owner(it->second) == it->second.owners.end()) ++fresh;
     }
     const auto have = hinted_by(owner);
     if (have + fresh > max_hinted_per_owner_) {
@@ -59,8 +60,10 @@ Result<HintResult> CacheEngine::Hint(uint64_t owner, NamespaceId ns, std::span<c
       h.until = until;
       hint_expiry_.insert({until, id});
     }
-    if (!owns(h)) {
-      h.owners.push_back(owner);
+    if (auto o = find_owner(h); o != h.owners.end()) {
+      ++o->second;
+    } else {
+      h.owners.emplace_back(owner, 1);
       ++hinted_per_owner_[owner];
     }
     ++out.protected_blocks;
@@ -86,12 +89,14 @@ Result<size_t> CacheEngine::Unhint(uint64_t owner, NamespaceId ns, std::span<con
     if (id == kNoEntry) continue;
     auto it = hints_.find(id);
     if (it == hints_.end()) continue;
-    std::vector<uint64_t>& owners = it->second.owners;
-    auto o = std::find(owners.begin(), owners.end(), owner);
+    auto& owners = it->second.owners;
+    auto o = std::find_if(owners.begin(), owners.end(),
+                          [owner](const auto& e) { return e.first == owner; });
     if (o == owners.end()) continue;
+    ++withdrawn;
+    if (--o->second > 0) continue;
     owners.erase(o);
     if (--hinted_per_owner_[owner] == 0) hinted_per_owner_.erase(owner);
-    ++withdrawn;
     if (owners.empty()) ReleaseHint(id, &stats_.hints_withdrawn);
   }
   return withdrawn;
@@ -101,7 +106,8 @@ void CacheEngine::DropHints(uint64_t owner) {
   if (!hinted_per_owner_.contains(owner)) return;
   std::vector<EntryId> released;
   for (auto& [id, h] : hints_) {
-    auto o = std::find(h.owners.begin(), h.owners.end(), owner);
+    auto o = std::find_if(h.owners.begin(), h.owners.end(),
+                          [owner](const auto& e) { return e.first == owner; });
     if (o == h.owners.end()) continue;
     h.owners.erase(o);
     if (h.owners.empty()) released.push_back(id);
@@ -118,7 +124,7 @@ uint64_t CacheEngine::hinted_by(uint64_t owner) const {
 void CacheEngine::ReleaseHint(EntryId id, uint64_t* counter) {
   auto it = hints_.find(id);
   if (it == hints_.end()) return;
-  for (uint64_t owner : it->second.owners) {
+  for (const auto& [owner, count] : it->second.owners) {
     auto o = hinted_per_owner_.find(owner);
     if (--o->second == 0) hinted_per_owner_.erase(o);
   }
@@ -151,7 +157,16 @@ bool CacheEngine::YieldHint(TierKind kind) {
 void CacheEngine::HintsUsed(std::span<const EntryId> run) {
   for (EntryId id : run) {
     Block& b = blocks_[id];
-    if (b.hinted) ReleaseHint(id, &stats_.hints_used);
+    if (b.hinted) {
+      // One hint is used: the first owner's (the oldest hinter's).
+      auto& owners = hints_.at(id).owners;
+      if (--owners.front().second == 0) {
+        const uint64_t owner = owners.front().first;
+        owners.erase(owners.begin());
+        if (--hinted_per_owner_[owner] == 0) hinted_per_owner_.erase(owner);
+      }
+      if (owners.empty()) ReleaseHint(id, &stats_.hints_used);
+    }
     if (b.prefetched) {
       b.prefetched = false;
       ++stats_.prefetched_used;

@@ -76,6 +76,34 @@ TEST_F(HintTest, HintedBlocksStayWhileOthersAreEvicted) {
   EXPECT_EQ(engine_->hinted_by(kWorkerA), 0u);
 }
 
+TEST_F(HintTest, ASharedPrefixStaysUntilEveryRequestHintedOnItHasRun) {
+  Build(8);
+  const auto prefix = Chain(1, 2);
+  ASSERT_EQ(Put(*engine_, ns_, prefix), 2u);
+  // Two waiting requests share the prefix: two hints on it, one per request.
+  Hint(kWorkerA, prefix);
+  Hint(kWorkerA, prefix);
+  EXPECT_EQ(engine_->hinted_by(kWorkerA), 2u);     // the bound counts blocks
+  ASSERT_EQ(Put(*engine_, ns_, Chain(2, 6)), 6u);  // the tier is full
+  auto first = engine_->Acquire(ns_, prefix, TierKind::kHost);
+  ASSERT_TRUE(first.ok());
+  first->Release();
+  EXPECT_EQ(engine_->Stats().hinted_now, 2u);  // the second request still waits
+  // Two turnovers of everything else: the prefix, now the least recently
+  // used, would go in the second without its remaining hint.
+  ASSERT_EQ(Put(*engine_, ns_, Chain(3, 6)), 6u);
+  ASSERT_EQ(Put(*engine_, ns_, Chain(4, 6)), 6u);
+  EXPECT_EQ(Hits(prefix), 2u);
+  EXPECT_EQ(engine_->Stats().hints_yielded, 0u);
+  auto second = engine_->Acquire(ns_, prefix, TierKind::kHost);  // another process reads it
+  ASSERT_TRUE(second.ok());
+  second->Release();
+  const EngineStats s = engine_->Stats();
+  EXPECT_EQ(s.hinted_now, 0u);
+  EXPECT_EQ(s.hints_used, 2u);
+  EXPECT_EQ(engine_->hinted_by(kWorkerA), 0u);
+}
+
 TEST_F(HintTest, ProtectionEndsAtTheHintsExpiry) {
   Build(4);
   const auto hinted = Chain(1, 2);
@@ -115,10 +143,14 @@ TEST_F(HintTest, HintsPastTheOwnersBoundAreRefusedWithNothingChanged) {
   EXPECT_EQ(Hint(kWorkerB, std::span(a).first(2)).protected_blocks, 2u);
   EXPECT_EQ(engine_->hinted_by(kWorkerB), 6u);
   EXPECT_EQ(engine_->Stats().hinted_now, 8u);
-  // Withdrawn hints make room under the bound again.
+  // Withdrawn hints make room under the bound again; A hinted a twice, so
+  // it takes two withdrawals.
+  EXPECT_EQ(*engine_->Unhint(kWorkerA, ns_, a), 4u);
+  EXPECT_EQ(engine_->hinted_by(kWorkerA), 4u);
   EXPECT_EQ(*engine_->Unhint(kWorkerA, ns_, a), 4u);
   EXPECT_EQ(engine_->hinted_by(kWorkerA), 0u);
-  EXPECT_EQ(engine_->Stats().hinted_now, 6u);  // B still protects its six
+  EXPECT_EQ(*engine_->Unhint(kWorkerA, ns_, a), 0u);  // none left
+  EXPECT_EQ(engine_->Stats().hinted_now, 6u);         // B still protects its six
   EXPECT_EQ(Hint(kWorkerA, std::span(b).first(3)).protected_blocks, 3u);
   engine_->DropHints(kWorkerB);
   EXPECT_EQ(engine_->hinted_by(kWorkerB), 0u);
