@@ -475,16 +475,16 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--secret", secret, "master secret, 32+ hex digits [random per start]");
   app.add_option("--host-capacity", host_capacity, "host tier bytes [1GiB]");
   app.add_option("--host-slab", host_slab, "host tier slab bytes [64MiB]");
-  app.add_option("--host-policy", host_policy, "host tier eviction policy [lru]");
+  app.add_option("--host-policy", host_policy, "host tier eviction policy [adaptive]");
   app.add_flag("--no-reserve-memory", no_reserve, "do not commit the host arena's memory at start");
   app.add_option("--device", device_mode, "device tier: auto | cuda | emulated | off [auto]");
   app.add_option("--device-gpu", device_gpu, "CUDA ordinal of the device tier's GPU [0]");
   app.add_option("--device-capacity", device_capacity, "device tier bytes [1GiB]");
-  app.add_option("--device-policy", device_policy, "device tier eviction policy [lru]");
+  app.add_option("--device-policy", device_policy, "device tier eviction policy [adaptive]");
   app.add_option("--ssd-dir", ssd_dir,
                  "ssd tier data directory, \"\" = no ssd tier [/var/lib/kvtier/ssd]");
   app.add_option("--ssd-capacity", ssd_capacity, "ssd tier bytes [16GiB]");
-  app.add_option("--ssd-policy", ssd_policy, "ssd tier eviction policy [lru]");
+  app.add_option("--ssd-policy", ssd_policy, "ssd tier eviction policy [adaptive]");
   app.add_option("--ssd-prepare", ssd_prepare,
                  "write the ssd slot file once: background, foreground or sparse [background]");
   app.add_option("--ssd-io-threads", ssd_io_threads, "threads doing ssd I/O [4]");

@@ -104,7 +104,7 @@ struct DaemonConfig {
   // [host]
   uint64_t host_capacity_bytes = 1 * kGiB;
   uint64_t host_slab_bytes = 64 * kMiB;
-  std::string host_policy = "lru";
+  std::string host_policy = "adaptive";
   bool host_reserve_memory = true;
 
   // [device]
@@ -115,7 +115,7 @@ struct DaemonConfig {
   std::string device_mode = "auto";
   uint32_t device_gpu = 0;  // CUDA ordinal for "auto" and "cuda"
   uint64_t device_capacity_bytes = 1 * kGiB;
-  std::string device_policy = "lru";
+  std::string device_policy = "adaptive";
 
   // [ssd]
   // The data directory of the SSD tier: block payloads and their RocksDB
@@ -130,7 +130,7 @@ struct DaemonConfig {
   // "sparse" skips it: no start-up writes, but every block written into new
   // space then costs ext4 an extent allocation (0.35-0.6x as fast).
   std::string ssd_prepare = "background";
-  std::string ssd_policy = "lru";
+  std::string ssd_policy = "adaptive";
   // O_DIRECT payload I/O: no page-cache copy of cold data.
   bool ssd_direct_io = true;
   // Threads doing SSD I/O, and how many moves may wait for one: when the

@@ -32,6 +32,13 @@ TEST_F(ConfigTest, DefaultsAreValid) {
   EXPECT_EQ(c.socket_path, "/run/kvtier/kvtierd.sock");
   EXPECT_EQ(c.socket_mode, 0660u);
   EXPECT_EQ(c.device_mode, "auto");
+  // Every tier adapts its eviction to its traffic unless told otherwise.
+  EXPECT_EQ(c.host_policy, "adaptive");
+  EXPECT_EQ(c.device_policy, "adaptive");
+  EXPECT_EQ(c.ssd_policy, "adaptive");
+  EXPECT_EQ(c.max_hinted_blocks_per_session, 4096u);
+  EXPECT_EQ(c.hint_ttl_ms, 10'000u);
+  EXPECT_EQ(c.max_hint_ttl_ms, 60'000u);
 }
 
 TEST_F(ConfigTest, EmptyFileKeepsTheDefaults) {
@@ -58,6 +65,9 @@ max_sessions = 16
 max_leases_per_session = 32
 max_allocations_per_session = 8
 max_namespaces = 12
+max_hinted_blocks_per_session = 99
+hint_ttl_ms = 500
+max_hint_ttl_ms = 700
 hello_timeout_ms = 2000
 frame_timeout_ms = 3000
 reply_timeout_ms = 4000
@@ -86,6 +96,9 @@ policy = "lru"
   EXPECT_EQ(c->max_leases_per_session, 32u);
   EXPECT_EQ(c->max_allocations_per_session, 8u);
   EXPECT_EQ(c->max_namespaces, 12u);
+  EXPECT_EQ(c->max_hinted_blocks_per_session, 99u);
+  EXPECT_EQ(c->hint_ttl_ms, 500u);
+  EXPECT_EQ(c->max_hint_ttl_ms, 700u);
   EXPECT_EQ(c->hello_timeout_ms, 2000u);
   EXPECT_EQ(c->frame_timeout_ms, 3000u);
   EXPECT_EQ(c->reply_timeout_ms, 4000u);
@@ -189,6 +202,11 @@ TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
   EXPECT_EQ(c->ssd_dir, d.ssd_dir);
   EXPECT_EQ(c->ssd_capacity_bytes, d.ssd_capacity_bytes);
   EXPECT_EQ(c->ssd_policy, d.ssd_policy);
+  EXPECT_EQ(c->host_policy, d.host_policy);
+  EXPECT_EQ(c->device_policy, d.device_policy);
+  EXPECT_EQ(c->max_hinted_blocks_per_session, d.max_hinted_blocks_per_session);
+  EXPECT_EQ(c->hint_ttl_ms, d.hint_ttl_ms);
+  EXPECT_EQ(c->max_hint_ttl_ms, d.max_hint_ttl_ms);
   EXPECT_EQ(c->ssd_direct_io, d.ssd_direct_io);
   EXPECT_EQ(c->ssd_io_threads, d.ssd_io_threads);
   EXPECT_EQ(c->ssd_queue, d.ssd_queue);

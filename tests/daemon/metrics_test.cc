@@ -461,11 +461,11 @@ TEST_F(MetricsTest, EveryMetricTheDashboardQueriesIsExposedAndEveryMetricIsDocum
   }
 }
 
-// The adaptive policy on the device tier: STATS and the metrics say which
-// candidate it follows and how each scores on the sampled keys; the other
-// tiers name their fixed policy.
+// The adaptive policy (the default) on the device tier: STATS and the
+// metrics say which candidate it follows and how each scores on the sampled
+// keys; a tier given a fixed policy names it.
 TEST_F(MetricsTest, AdaptivePolicyShowsWhatItFollows) {
-  StartDaemon({"--device-policy", "adaptive"});
+  StartDaemon({"--host-policy", "lru"});
   auto c = Connect();
   ASSERT_NE(c, nullptr);
   // 400 blocks through the 128-block device tier, each prompt looked up first
@@ -493,7 +493,7 @@ TEST_F(MetricsTest, AdaptivePolicyShowsWhatItFollows) {
   EXPECT_EQ(m("kvtier_eviction_policy_info{tier=\"device\",policy=\"adaptive\"}"), 1);
   EXPECT_EQ(m("kvtier_eviction_policy_info{tier=\"host\",policy=\"lru\"}"), 1);
   double followed = 0;
-  for (const char* candidate : {"leaf-lru", "lru", "s3fifo"}) {
+  for (const char* candidate : {"lru", "leaf-lru", "s3fifo"}) {
     const std::string labels = std::string("{tier=\"device\",candidate=\"") + candidate + "\"}";
     followed += m("kvtier_eviction_candidate_followed" + labels);
     const double rate = m("kvtier_eviction_candidate_sampled_hit_ratio" + labels);
