@@ -76,7 +76,7 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
   const bool lookahead = c.lookahead_requests > 0 || c.lookahead_seconds > 0;
   size_t hinted = 0;  // requests [0, hinted) have entered the window
   // The waiting queue's one owner; hints never expire, they end when used
-  // or withdrawn (or yield to a write).
+  // or withdrawn (or yield to a write, the furthest back first).
   constexpr uint64_t kQueue = 1;
   const double start = Now();
   const size_t n = trace.requests.size();
@@ -94,7 +94,10 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
         const TraceRequest& q = trace.requests[hinted];
         queued.clear();
         for (uint64_t id : q.ids) queued.push_back(KeyOf(q.file, id));
-        KVTIER_RETURN_IF_ERROR(e.Hint(kQueue, ns, queued, eviction::kNoExpiry).status());
+        // Never expiring (far past any clock), ordered by queue position:
+        // when hints must yield, the requests furthest back yield first.
+        const TimeNs due = eviction::kNoExpiry / 2 + static_cast<TimeNs>(hinted);
+        KVTIER_RETURN_IF_ERROR(e.Hint(kQueue, ns, queued, due).status());
       }
     }
     keys.clear();

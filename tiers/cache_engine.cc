@@ -707,11 +707,15 @@ Status CacheEngine::CheckInvariants() const {
     if (b.pins > 0) ++pinned[t];
   }
   if (pending != pending_blocks_) return fail("pending block count");
-  if (hint_expiry_.size() != hints_.size()) return fail("hint expiry count");
+  if (hint_expiry_.size() != hints_.size() || hint_order_.size() != hints_.size()) {
+    return fail("hint expiry count");
+  }
   std::unordered_map<uint64_t, uint64_t> per_owner;
   for (const auto& [id, h] : hints_) {
     if (!index_.live(id) || !blocks_[id].hinted) return fail("a hint on a block not hinted");
-    if (!hint_expiry_.contains({h.until, id})) return fail("a hint missing from the expiry set");
+    if (!hint_expiry_.contains({h.until, id}) || !hint_order_.contains({h.soonest, id})) {
+      return fail("a hint missing from the expiry or yield order");
+    }
     if (h.owners.empty()) return fail("a hint without owners");
     for (const auto& [o, hints] : h.owners) {
       if (hints == 0) return fail("a hint owner with no hints");

@@ -318,7 +318,9 @@ class CacheEngine {
   // not be the one that hinted it).
   // Protection is soft: when a tier is full of pinned and hinted blocks, a
   // write or move that needs room ends the protection of the hinted block
-  // whose hint expires first, so hints never make a write fail. A block
+  // whose nearest request is furthest ahead (its earliest hint expires
+  // last; the nearest requests' blocks are worth most), so hints never make
+  // a write fail. A block
   // whose protection ends unused rejoins its policy as after an unpin (as
   // recently used). Keys never
   // cached are ignored. ResourceExhausted, with nothing changed, when the
@@ -379,7 +381,8 @@ class CacheEngine {
   // The hints protecting one block: each owner with its count of hints on
   // it (one per request hinted), and when the last expires.
   struct HintState {
-    TimeNs until = 0;
+    TimeNs until = 0;    // the latest hint's expiry: protected until then
+    TimeNs soonest = 0;  // the earliest: its nearest request, for YieldHint's order
     std::vector<std::pair<uint64_t, uint32_t>> owners;
   };
 
@@ -466,8 +469,9 @@ class CacheEngine {
   void ReleaseHint(EntryId id, uint64_t* counter);
   // Ends the protections that have run out.
   void ExpireHints();
-  // Ends the protection of the unpinned hinted block in `kind` whose hint
-  // expires first. False when there is none.
+  // Ends the protection of the unpinned hinted block in `kind` whose
+  // earliest hint expires last (it serves no request before the others'
+  // blocks do). False when there is none.
   bool YieldHint(TierKind kind);
   // Counts hinted and prefetched blocks of an acquired run as used.
   void HintsUsed(std::span<const EntryId> run);
@@ -525,7 +529,8 @@ class CacheEngine {
   // many blocks each owner protects.
   uint64_t max_hinted_per_owner_ = 0;
   std::unordered_map<EntryId, HintState> hints_;
-  std::set<std::pair<TimeNs, EntryId>> hint_expiry_;
+  std::set<std::pair<TimeNs, EntryId>> hint_expiry_;  // by HintState::until
+  std::set<std::pair<TimeNs, EntryId>> hint_order_;   // by HintState::soonest
   std::unordered_map<uint64_t, uint64_t> hinted_per_owner_;
   EngineStats stats_;  // counters; gauges are filled in by Stats()
 };

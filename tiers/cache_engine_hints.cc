@@ -50,15 +50,23 @@ Result<HintResult> CacheEngine::Hint(uint64_t owner, NamespaceId ns, std::span<c
     auto [it, inserted] = hints_.try_emplace(id);
     HintState& h = it->second;
     if (inserted) {
-      h.until = until;
+      h.until = h.soonest = until;
       hint_expiry_.insert({until, id});
+      hint_order_.insert({until, id});
       blocks_[id].hinted = true;
       ++stats_.hinted_blocks;
       PolicyOf(blocks_[id].tier).Update(id, MetaOf(id));
-    } else if (until > h.until) {
-      hint_expiry_.erase({h.until, id});
-      h.until = until;
-      hint_expiry_.insert({until, id});
+    } else {
+      if (until > h.until) {
+        hint_expiry_.erase({h.until, id});
+        h.until = until;
+        hint_expiry_.insert({until, id});
+      }
+      if (until < h.soonest) {
+        hint_order_.erase({h.soonest, id});
+        h.soonest = until;
+        hint_order_.insert({until, id});
+      }
     }
     if (auto o = find_owner(h); o != h.owners.end()) {
       ++o->second;
@@ -129,6 +137,7 @@ void CacheEngine::ReleaseHint(EntryId id, uint64_t* counter) {
     if (--o->second == 0) hinted_per_owner_.erase(o);
   }
   hint_expiry_.erase({it->second.until, id});
+  hint_order_.erase({it->second.soonest, id});
   hints_.erase(it);
   ++*counter;
   Block& b = blocks_[id];
@@ -145,7 +154,8 @@ void CacheEngine::ExpireHints() {
 }
 
 bool CacheEngine::YieldHint(TierKind kind) {
-  for (const auto& [until, id] : hint_expiry_) {
+  for (auto it = hint_order_.rbegin(); it != hint_order_.rend(); ++it) {
+    const EntryId id = it->second;
     const Block& b = blocks_[id];
     if (b.tier != kind || b.pins > 0) continue;
     ReleaseHint(id, &stats_.hints_yielded);
