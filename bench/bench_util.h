@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/hash.h"
+
 namespace kvtier::bench {
 
 // Prints like the default console reporter and remembers each result by
@@ -78,12 +80,7 @@ inline double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
 class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  uint64_t Next() { return SplitMix64(&state_); }
 
  private:
   uint64_t state_;

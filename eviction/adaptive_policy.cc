@@ -72,21 +72,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/hash.h"
 #include "eviction/eviction_policy.h"
 
 namespace kvtier::eviction {
 namespace {
 
 constexpr BlockId kNoBlock = 0xffff'ffffu;
-
-uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
 
 // One candidate run on the sampled keys: its own id space, the prefix tree
 // of its blocks, and the real policy object deciding.
@@ -320,7 +312,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   void Referenced(std::span<const uint64_t> chain) override {
     sampled_.clear();
     for (uint64_t fp : chain) {
-      if ((Mix(fp) & (stride_ - 1)) == 0) sampled_.push_back(fp);
+      if ((Mix64(fp) & (stride_ - 1)) == 0) sampled_.push_back(fp);
     }
     if (sampled_.empty()) return;
     const size_t capacity = MiniCapacity();

@@ -6,17 +6,10 @@
 #include <cstring>
 #include <random>
 
+#include "common/hash.h"
+
 namespace kvtier::cli {
 namespace {
-
-// splitmix64: a fast stream with good bit mixing; the pattern needs
-// reproducibility, not secrecy.
-uint64_t SplitMix(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // Generates the pattern of `key` in 8-byte words, handing each piece to `fn`
 // (bytes, offset) until it returns false.
@@ -24,7 +17,7 @@ template <typename Fn>
 bool ForEachPatternWord(const client::BlockKey& key, size_t size, Fn&& fn) {
   uint64_t state = key.hi ^ (key.lo * 0x2545f4914f6cdd1dULL);
   for (size_t off = 0; off < size; off += 8) {
-    const uint64_t word = SplitMix(&state);
+    const uint64_t word = SplitMix64(&state);
     if (!fn(word, off, std::min<size_t>(8, size - off))) return false;
   }
   return true;

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/hash.h"
 #include "common/units.h"
 #include "tiers/internal/block_file.h"
 
@@ -28,12 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // splitmix64, so each block's bytes follow from its seed.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+uint64_t Mix(uint64_t x) { return SplitMix64(&x); }
 
 // A block's bytes in an aligned buffer; `skew` > 0 shifts the span off the
 // 4 KiB alignment to exercise the bounce path.
