@@ -33,9 +33,9 @@ struct StatsOptions {
 };
 
 constexpr const char* kTiers[] = {"device", "host", "ssd"};
-constexpr const char* kOps[] = {"hello", "lookup",  "allocate", "commit",
-                                "abort", "acquire", "release",  "put",
-                                "get",   "remove",  "stats",    "set_retention"};
+constexpr const char* kOps[] = {"hello",   "lookup",        "allocate", "commit", "abort",
+                                "acquire", "release",       "put",      "get",    "remove",
+                                "stats",   "set_retention", "hint"};
 
 // One STATS reply, looked up by name.
 class Figures {
@@ -188,6 +188,12 @@ void PrintTotals(const Figures& f) {
   t.Row({"writes", Int(f.Num("committed_blocks")) + " committed, " + Int(f.Num("aborted_blocks")) +
                        " aborted, " + Int(f.Num("removed_blocks")) + " removed; " +
                        Int(f.Num("pending_blocks")) + " being written"});
+  t.Row({"hints",
+         Int(f.Num("hinted_now")) + " blocks protected now; " + Int(f.Num("hinted_blocks")) +
+             " hinted: " + Int(f.Num("hints_used")) + " used, " + Int(f.Num("hints_expired")) +
+             " expired, " + Int(f.Num("hints_yielded")) + " yielded, " +
+             Int(f.Num("hints_withdrawn")) + " withdrawn; " + Int(f.Num("prefetched_blocks")) +
+             " read ahead from the SSD, " + Int(f.Num("prefetched_used")) + " of them used"});
   t.Row({"dropped", Int(f.Num("dropped_blocks")) + " left the last tier (" +
                         Int(f.Num("orphan_drops")) + " orphans), " +
                         Int(f.Num("demotions_dropped")) + " dropped instead of demoted"});
@@ -200,8 +206,9 @@ void PrintTotals(const Figures& f) {
                       Int(f.Num("refused.max_sessions")) + " past max_sessions, " +
                       Int(f.Num("refused.max_namespaces")) + " new namespaces past the cap, " +
                       Int(f.Num("refused.max_leases_per_session")) + " leases and " +
-                      Int(f.Num("refused.max_allocations_per_session")) +
-                      " writes past their limit; timeouts: " + Int(f.Num("refused.hello_timeout")) +
+                      Int(f.Num("refused.max_allocations_per_session")) + " writes and " +
+                      Int(f.Num("refused.max_hinted_blocks_per_session")) +
+                      " hints past their limit; timeouts: " + Int(f.Num("refused.hello_timeout")) +
                       " hello, " + Int(f.Num("refused.frame_timeout")) + " frame, " +
                       Int(f.Num("refused.reply_timeout")) + " reply"});
   t.Print();

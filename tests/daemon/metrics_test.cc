@@ -586,6 +586,7 @@ TEST(StatsCommandTest, StatsWatchAndPlanShowTheDaemonsFigures) {
   auto w = (*c)->Allocate(keys);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(w->Commit().ok());
+  ASSERT_EQ((*c)->Hint(keys)->blocks, 4u);  // the request waits, then runs
   ASSERT_EQ((*c)->Acquire(keys)->size(), 4u);
   ASSERT_TRUE((*c)->Stats().ok());  // the deferred RELEASE is handled
 
@@ -594,7 +595,7 @@ TEST(StatsCommandTest, StatsWatchAndPlanShowTheDaemonsFigures) {
   auto [code, out] = Shell(cli + "stats" + sock);
   EXPECT_EQ(code, 0) << out;
   for (const char* want : {"4 blocks acquired = 64 prefix tokens saved", "4 committed", "host ",
-                           "device ", "off", "acquire "}) {
+                           "device ", "off", "acquire ", "4 hinted: 4 used", "hint "}) {
     EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
   }
   std::tie(code, out) = Shell(cli + "stats --json" + sock);
