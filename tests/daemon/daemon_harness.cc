@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -246,6 +247,13 @@ bool MatchesPattern(std::span<const std::byte> bytes, const prefix_index::BlockK
   std::vector<std::byte> want(bytes.size());
   FillPattern(want, key);
   return std::memcmp(want.data(), bytes.data(), bytes.size()) == 0;
+}
+
+std::vector<prefix_index::TokenId> RandomPrompt(uint32_t seed, size_t blocks) {
+  std::mt19937 rng(seed);
+  std::vector<prefix_index::TokenId> t(blocks * 16);
+  for (auto& x : t) x = static_cast<prefix_index::TokenId>(rng() % 50'000);
+  return t;
 }
 
 protocol::HelloRequest TestHello(const std::string& model, const std::string& salt) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "prefix_index/key_hasher.h"
 #include "protocol/wire.h"
 
 // True when this tree is built with AddressSanitizer or ThreadSanitizer
@@ -99,6 +100,9 @@ bool MatchesPattern(std::span<const std::byte> bytes, const prefix_index::BlockK
 // Runs a shell command; its exit status (-1 when it did not exit) and
 // everything it printed, stderr included.
 std::pair<int, std::string> Shell(const std::string& cmd);
+
+// `blocks` blocks of 16 random token ids (< 50,000), the same for a seed.
+std::vector<prefix_index::TokenId> RandomPrompt(uint32_t seed, size_t blocks);
 
 // A HELLO for `model` with a small layout (4 KiB blocks).
 protocol::HelloRequest TestHello(const std::string& model, const std::string& salt = "");

@@ -22,13 +22,6 @@ using prefix_index::TokenId;
 using protocol::WireTier;
 using protocol::WireWriteState;
 
-std::vector<TokenId> Prompt(uint32_t seed, size_t blocks) {
-  std::mt19937 rng(seed);
-  std::vector<TokenId> t(blocks * 16);
-  for (auto& x : t) x = static_cast<TokenId>(rng() % 50'000);
-  return t;
-}
-
 class HintTest : public ::testing::Test {
  protected:
   void TearDown() override {
@@ -68,7 +61,7 @@ class HintTest : public ::testing::Test {
     }
   }
   static std::vector<BlockKey> Put(Client& c, uint32_t seed, size_t blocks = 8) {
-    const auto keys = c.Keys(Prompt(seed, blocks));
+    const auto keys = c.Keys(RandomPrompt(seed, blocks));
     auto w = c.Allocate(keys);
     EXPECT_TRUE(w.ok()) << w.status().ToString();
     if (!w.ok()) return {};
@@ -189,7 +182,7 @@ TEST_F(HintTest, HintsForKeysNeverWrittenAreHarmless) {
   auto c = Connect();
   ASSERT_NE(c, nullptr);
   const auto written = Put(*c, 1);
-  const auto never = c->Keys(Prompt(999, 16));
+  const auto never = c->Keys(RandomPrompt(999, 16));
   auto h = c->Hint(never);
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_EQ(h->blocks, 0u);

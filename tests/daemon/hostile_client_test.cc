@@ -36,13 +36,6 @@ using Clock = std::chrono::steady_clock;
 // normal latency, far below "stalled".
 constexpr auto kLivenessBound = std::chrono::seconds(5);
 
-std::vector<TokenId> Prompt(uint32_t seed, size_t blocks) {
-  std::mt19937 rng(seed);
-  std::vector<TokenId> t(blocks * 16);
-  for (auto& x : t) x = static_cast<TokenId>(rng() % 50'000);
-  return t;
-}
-
 std::string Text(std::span<const std::byte> payload) {
   return {reinterpret_cast<const char*>(payload.data()), payload.size()};
 }
@@ -54,7 +47,7 @@ class HostileClientTest : public ::testing::Test {
     ASSERT_NE(daemon_, nullptr);
     good_ = Connect();
     ASSERT_NE(good_, nullptr);
-    chain_ = good_->Keys(Prompt(1, 4));
+    chain_ = good_->Keys(RandomPrompt(1, 4));
     auto w = good_->Allocate(chain_);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     for (size_t i = 0; i < w->size(); ++i) FillPattern(w->Bytes(i), chain_[i]);
@@ -346,11 +339,11 @@ TEST_F(HostileClientTest, LeasesAndOpenWritesPastTheLimitAreRefusedAndTheSession
 
   std::vector<client::WriteHandle> writes;
   for (uint32_t i = 0; i < 4; ++i) {
-    auto w = c->Allocate(c->Keys(Prompt(100 + i, 2)));
+    auto w = c->Allocate(c->Keys(RandomPrompt(100 + i, 2)));
     ASSERT_TRUE(w.ok()) << i << ": " << w.status().ToString();
     writes.push_back(std::move(w).value());
   }
-  const auto fifth_keys = c->Keys(Prompt(200, 2));
+  const auto fifth_keys = c->Keys(RandomPrompt(200, 2));
   auto fifth = c->Allocate(fifth_keys);
   ASSERT_FALSE(fifth.ok());
   EXPECT_EQ(fifth.status().code(), StatusCode::kResourceExhausted);
@@ -365,7 +358,7 @@ TEST_F(HostileClientTest, LeasesAndOpenWritesPastTheLimitAreRefusedAndTheSession
   EXPECT_TRUE(c->PutInline(fifth_keys, data).ok());
   ASSERT_TRUE(writes.front().Commit().ok());  // (its bytes are never read)
   {
-    auto sixth = c->Allocate(c->Keys(Prompt(300, 2)));
+    auto sixth = c->Allocate(c->Keys(RandomPrompt(300, 2)));
     EXPECT_TRUE(sixth.ok()) << sixth.status().ToString();
   }
   // Everything held is given back at the end.

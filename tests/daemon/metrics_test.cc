@@ -108,13 +108,6 @@ struct Exposition {
   }
 };
 
-std::vector<TokenId> Prompt(uint32_t seed, size_t blocks) {
-  std::mt19937 rng(seed);
-  std::vector<TokenId> t(blocks * 16);
-  for (auto& x : t) x = static_cast<TokenId>(rng() % 50'000);
-  return t;
-}
-
 bool OnPath(const std::string& tool) { return Shell("command -v " + tool).first == 0; }
 
 std::string ReadFile(const std::string& path) {
@@ -254,24 +247,24 @@ TEST_F(MetricsTest, MetricsAgreeWithWhatTheClientSaw) {
   std::map<std::string, int> requests;  // what this client sent, per op
 
   // 200 blocks into the 128-block device tier: the oldest go down to host.
-  const auto a = c->Keys(Prompt(1, 200));
+  const auto a = c->Keys(RandomPrompt(1, 200));
   EXPECT_EQ(Put(*c, a, WireTier::kDevice, 40), 200u);
   requests["allocate"] += 5;
   requests["commit"] += 5;
   // 8 more straight into host.
-  const auto other = c->Keys(Prompt(2, 8));
+  const auto other = c->Keys(RandomPrompt(2, 8));
   EXPECT_EQ(Put(*c, other, WireTier::kHost, 8), 8u);
   requests["allocate"] += 1;
   requests["commit"] += 1;
 
   // Lookups: A and 10 blocks beyond it, then a prompt nobody wrote.
-  auto longer_tokens = Prompt(1, 200);
+  auto longer_tokens = RandomPrompt(1, 200);
   for (int i = 0; i < 160; ++i) longer_tokens.push_back(7);
   const auto longer = c->Keys(longer_tokens);
   auto seen = c->Lookup(longer);
   ASSERT_TRUE(seen.ok());
   ASSERT_EQ(seen->tiers.size(), 200u);
-  EXPECT_EQ(c->Lookup(c->Keys(Prompt(3, 5)))->tiers.size(), 0u);
+  EXPECT_EQ(c->Lookup(c->Keys(RandomPrompt(3, 5)))->tiers.size(), 0u);
   requests["lookup"] += 2;
   std::map<WireTier, double> lookup_hits;
   for (WireTier t : seen->tiers) ++lookup_hits[t];
@@ -393,7 +386,7 @@ TEST_F(MetricsTest, PromtoolAcceptsTheExpositionAndMalformedFramesAreCountedAndL
   StartDaemon();
   auto c = Connect();
   ASSERT_NE(c, nullptr);
-  const auto keys = c->Keys(Prompt(4, 4));
+  const auto keys = c->Keys(RandomPrompt(4, 4));
   Put(*c, keys, WireTier::kHost, 4);
   ASSERT_EQ(c->Acquire(keys)->size(), 4u);
   for (int i = 0; i < 5; ++i) {
@@ -471,7 +464,7 @@ TEST_F(MetricsTest, AdaptivePolicyShowsWhatItFollows) {
   // 400 blocks through the 128-block device tier, each prompt looked up first
   // (the lookups are what the miniature caches sample), then asked again.
   std::vector<std::vector<BlockKey>> prompts;
-  for (uint32_t seed = 10; seed < 20; ++seed) prompts.push_back(c->Keys(Prompt(seed, 40)));
+  for (uint32_t seed = 10; seed < 20; ++seed) prompts.push_back(c->Keys(RandomPrompt(seed, 40)));
   for (int round = 0; round < 2; ++round) {
     for (const auto& keys : prompts) {
       auto found = c->Lookup(keys);
@@ -520,7 +513,7 @@ TEST_F(MetricsTest, PrometheusScrapesTheDaemonAndAnswersTheDashboardQueries) {
   StartDaemon();
   auto c = Connect();
   ASSERT_NE(c, nullptr);
-  ASSERT_EQ(Put(*c, c->Keys(Prompt(5, 6)), WireTier::kHost, 6), 6u);
+  ASSERT_EQ(Put(*c, c->Keys(RandomPrompt(5, 6)), WireTier::kHost, 6), 6u);
 
   const uint16_t web = FreePort();
   const std::string config = dir_ + "/prometheus.yml";
@@ -582,7 +575,7 @@ TEST(StatsCommandTest, StatsWatchAndPlanShowTheDaemonsFigures) {
   o.layout = Layout{2, 2, 64, DType::kFloat16, 16};
   auto c = Client::Connect(o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  const auto keys = (*c)->Keys(Prompt(6, 4));
+  const auto keys = (*c)->Keys(RandomPrompt(6, 4));
   auto w = (*c)->Allocate(keys);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(w->Commit().ok());

@@ -25,13 +25,6 @@ using prefix_index::TokenId;
 using protocol::WireTier;
 using protocol::WireWriteState;
 
-std::vector<TokenId> Prompt(uint32_t seed, size_t blocks) {
-  std::mt19937 rng(seed);
-  std::vector<TokenId> t(blocks * 16);
-  for (auto& x : t) x = static_cast<TokenId>(rng() % 50'000);
-  return t;
-}
-
 class SsdRestartTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -93,7 +86,7 @@ TEST_F(SsdRestartTest, BlocksForcedToDiskComeBackAfterARestart) {
   std::vector<std::vector<BlockKey>> chains;
   {
     auto c = Connect();
-    for (uint32_t seed = 0; seed < 24; ++seed) chains.push_back(Put(*c, Prompt(seed, 8)));
+    for (uint32_t seed = 0; seed < 24; ++seed) chains.push_back(Put(*c, RandomPrompt(seed, 8)));
     Settle(*c);
     // 192 blocks into a host tier of 64: the early chains went to disk.
     auto where = c->Lookup(chains[0]);
@@ -111,7 +104,7 @@ TEST_F(SsdRestartTest, BlocksForcedToDiskComeBackAfterARestart) {
     EXPECT_NE(daemon_->Log().find("warm restart"), std::string::npos) << daemon_->Log();
     // The same tokens give the same keys (the secret lives in the data dir),
     // and the chains that were on disk are there with their bytes.
-    EXPECT_EQ(c->Keys(Prompt(0, 8)), chains[0]);
+    EXPECT_EQ(c->Keys(RandomPrompt(0, 8)), chains[0]);
     for (size_t i = 0; i < 8; ++i) {
       auto lease = c->Acquire(chains[i]);
       ASSERT_TRUE(lease.ok()) << lease.status().ToString();
@@ -120,7 +113,7 @@ TEST_F(SsdRestartTest, BlocksForcedToDiskComeBackAfterARestart) {
     }
     EXPECT_EQ(Stats(*c)["checksum_failures"], "0");
     // Push them down again for the next round.
-    for (uint32_t seed = 100; seed < 112; ++seed) Put(*c, Prompt(seed, 8));
+    for (uint32_t seed = 100; seed < 112; ++seed) Put(*c, RandomPrompt(seed, 8));
     Settle(*c);
   }
 }
@@ -130,7 +123,7 @@ TEST_F(SsdRestartTest, WriteThroughLosesNothingCommittedToAKill) {
   std::vector<std::vector<BlockKey>> chains;
   {
     auto c = Connect();
-    for (uint32_t seed = 0; seed < 6; ++seed) chains.push_back(Put(*c, Prompt(seed, 8)));
+    for (uint32_t seed = 0; seed < 6; ++seed) chains.push_back(Put(*c, RandomPrompt(seed, 8)));
     Settle(*c);  // the writes have landed (no clean stop follows)
     auto where = c->Lookup(chains[5]);
     EXPECT_EQ(where->tiers[0], WireTier::kHost);  // still served from memory
@@ -159,7 +152,7 @@ TEST_F(SsdRestartTest, CrashLoopNeverServesAWrongByte) {
       auto c = Connect();
       ASSERT_NE(c, nullptr);
       for (const auto& [seed, blocks] : written) {
-        const auto keys = c->Keys(Prompt(seed, blocks));
+        const auto keys = c->Keys(RandomPrompt(seed, blocks));
         auto got = c->GetInline(keys);
         ASSERT_TRUE(got.ok()) << got.status().ToString();
         for (size_t i = 0; i < got->hits; ++i) {
@@ -180,7 +173,7 @@ TEST_F(SsdRestartTest, CrashLoopNeverServesAWrongByte) {
       while (!stop.load()) {
         const uint32_t seed = next_seed++;
         const size_t blocks = 1 + seed % 8;
-        if (Put(*c, Prompt(seed, blocks)).empty()) break;  // the daemon is gone
+        if (Put(*c, RandomPrompt(seed, blocks)).empty()) break;  // the daemon is gone
         written.insert({seed, blocks});
       }
     });
