@@ -41,10 +41,11 @@
 // policy's work per operation, as the fixed policies do (keeping every
 // candidate live cost 1.6-2.3x LRU's time in replay). A switch builds the
 // new candidate from the tier's blocks, inserted oldest first by the time of
-// their last access, insert, unpin or becoming a leaf: exactly the order a
-// live LRU (and leaf-first LRU, up to ties) would have; a rebuilt S3-FIFO
-// starts with every block in its small queue, so it first evicts in that
-// order too and earns its own state as the traffic goes on. Every
+// their last access, insert, unpin or becoming a leaf, each touched as often
+// as it was accessed (up to 3): exactly the order a live LRU (and leaf-first
+// LRU, up to ties) would have, and for S3-FIFO the frequencies that send
+// reused blocks to its main queue (without them it took over as a plain
+// FIFO and gained nothing on Mooncake). Every
 // candidate's sampled hits and the reference count decay with a half-life
 // of eight turnovers of a miniature cache; every half turnover the leader
 // is compared with the followed candidate and, leading by `margin` of the
@@ -292,7 +293,6 @@ class AdaptivePolicy final : public EvictionPolicy {
   }
 
   std::optional<BlockId> Victim() override {
-    full_ = true;
     EvictionPolicy& retained = *priority_[follows_leaf_ ? 1 : 0];
     // (An empty priority pool, the usual case, costs no clock read.)
     const std::optional<BlockId> p =
@@ -344,6 +344,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     // When the block last joined the recency order: inserted, touched,
     // unpinned or made a leaf (the order a rebuilt candidate gets).
     uint64_t stamp = 0;
+    uint8_t touches = 0;  // accesses since it entered, up to 3 (S3-FIFO's frequency)
     Where where = Where::kNone;
   };
 
@@ -375,6 +376,7 @@ class AdaptivePolicy final : public EvictionPolicy {
         (s.meta.children_in_tier > 0 && meta.children_in_tier == 0)) {
       s.stamp = ++clock_stamp_;
     }
+    if (touch && s.touches < 3) ++s.touches;
     s.meta = meta;
     const Where w = Retained(meta) ? Where::kPriority : Where::kFollowed;
     if (w != s.where) {
@@ -390,11 +392,13 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
   }
 
-  // Until the tier first evicts, it holds everything, and so do the
-  // miniature caches; from then on, the tier's size scaled by the rate.
-  size_t MiniCapacity() const {
-    return full_ ? std::max<size_t>(1, high_water_ / stride_) : SIZE_MAX;
-  }
+  // The tier's largest size scaled by the rate, from the start: while the
+  // tier grows, the miniature caches already evict as a cache of its
+  // present size would, so the candidates part before it is full. (Left
+  // unbounded until the tier's first eviction, they scored alike until
+  // then, and on traffic that fills the tier late the switch came too late
+  // to gain.)
+  size_t MiniCapacity() const { return std::max<size_t>(1, high_water_ / stride_); }
 
   // The stride that puts about sample_blocks in a miniature cache; a change
   // restarts the samples.
@@ -448,7 +452,15 @@ class AdaptivePolicy final : public EvictionPolicy {
       if (blocks_[id].where == Where::kFollowed) order_.emplace_back(blocks_[id].stamp, id);
     }
     std::sort(order_.begin(), order_.end());
-    for (const auto& [stamp, id] : order_) (*next)->Insert(id, blocks_[id].meta);
+    // Each block inserted, then touched as often as it was accessed (up to
+    // 3): the same order for the LRU candidates (a block touched right
+    // after its insert stays the most recent), and S3-FIFO's frequencies, so
+    // that it does not take over as a plain FIFO.
+    for (const auto& [stamp, id] : order_) {
+      const Slot& s = blocks_[id];
+      (*next)->Insert(id, s.meta);
+      for (uint8_t t = 0; t < s.touches; ++t) (*next)->Touch(id, s.meta);
+    }
     live_ = std::move(next).value();
     followed_index_ = i;
     follows_leaf_ = options_.candidates[i].starts_with("leaf-");
@@ -477,7 +489,6 @@ class AdaptivePolicy final : public EvictionPolicy {
   uint64_t next_restride_ = 0;
   uint64_t sampled_refs_ = 0;
   uint64_t since_decision_ = 0;
-  bool full_ = false;    // the tier has evicted (Victim was asked)
   size_t leader_ = 0;    // the candidate that led at the last decisions
   uint32_t streak_ = 0;  // decisions in a row it led the followed one by margin
   double refs_ = 0;      // decayed count of sampled references
