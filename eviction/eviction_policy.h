@@ -162,7 +162,7 @@ struct AdaptiveOptions {
   // Blocks each miniature cache aims to hold: the sampling rate is about
   // sample_blocks / (the tier's largest size), at most 1 / min_stride (the
   // miniature caches' cost: 1 in 8 cost 1.4-1.9x LRU's time in replay, 1 in
-  // 16 1.3-1.5x, and chose as well on the recorded traces).
+  // 16 1.3-1.6x, and chose as well on the recorded traces).
   uint64_t sample_blocks = 2048;
   uint64_t min_stride = 16;  // a power of two
   // The sampled hit-rate lead a candidate needs over the followed one
