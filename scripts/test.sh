@@ -161,7 +161,7 @@ tsan_build="$build-tsan"
 # internal synchronization is invisible to TSan, which then reports races
 # on every block handed to it (docs/build.md). They run under ASan and in
 # stage 1. SsdSpaceTest and the tiers' other tests use no RocksDB and stay.
-tsan_excluded='^(SsdStoreTest|SsdEngineTest|SsdRestartTest|MetricsTest)\.'
+tsan_excluded='^((SsdStoreTest|SsdEngineTest|SsdRestartTest|MetricsTest)\.|DaemonHintTest\.AHintedSsdBlock)'
 stage_tsan() {
   configure_clang "$tsan_build" -DKVTIER_SANITIZE=thread
   cmake --build "$tsan_build" -j"$jobs" --target tiers_test daemon_test kvtierd kvtier

@@ -22,7 +22,7 @@ using prefix_index::TokenId;
 using protocol::WireTier;
 using protocol::WireWriteState;
 
-class HintTest : public ::testing::Test {
+class DaemonHintTest : public ::testing::Test {
  protected:
   void TearDown() override {
     daemon_.reset();
@@ -80,7 +80,7 @@ class HintTest : public ::testing::Test {
   std::unique_ptr<Daemon> daemon_;
 };
 
-TEST_F(HintTest, AHintedPrefixOutlivesATurnoverUntilItsRequestRuns) {
+TEST_F(DaemonHintTest, AHintedPrefixOutlivesATurnoverUntilItsRequestRuns) {
   Start();
   auto c = Connect();
   ASSERT_NE(c, nullptr);
@@ -106,7 +106,7 @@ TEST_F(HintTest, AHintedPrefixOutlivesATurnoverUntilItsRequestRuns) {
   EXPECT_EQ(s["hinted_now"], "0");
 }
 
-TEST_F(HintTest, HintsPastTheSessionsBoundAreRefusedAndChangeNothing) {
+TEST_F(DaemonHintTest, HintsPastTheSessionsBoundAreRefusedAndChangeNothing) {
   Start({"--max-hinted-blocks-per-session", "12", "--hint-ttl-ms", "2000", "--max-hint-ttl-ms",
          "5000"});
   auto c = Connect();
@@ -144,7 +144,7 @@ TEST_F(HintTest, HintsPastTheSessionsBoundAreRefusedAndChangeNothing) {
   EXPECT_EQ(Stats(*c)["hinted_now"], "8");  // b's eight, hinted by both
 }
 
-TEST_F(HintTest, AHintedSsdBlockIsServedFromTheHost) {
+TEST_F(DaemonHintTest, AHintedSsdBlockIsServedFromTheHost) {
   StartWithSsd();
   auto c = Connect();
   ASSERT_NE(c, nullptr);
@@ -177,7 +177,7 @@ TEST_F(HintTest, AHintedSsdBlockIsServedFromTheHost) {
   EXPECT_EQ(after["checksum_failures"], "0");
 }
 
-TEST_F(HintTest, HintsForKeysNeverWrittenAreHarmless) {
+TEST_F(DaemonHintTest, HintsForKeysNeverWrittenAreHarmless) {
   Start();
   auto c = Connect();
   ASSERT_NE(c, nullptr);
@@ -196,7 +196,7 @@ TEST_F(HintTest, HintsForKeysNeverWrittenAreHarmless) {
   EXPECT_EQ(s["request_errors"], "0");
 }
 
-TEST_F(HintTest, ASessionsHintsEndWithIt) {
+TEST_F(DaemonHintTest, ASessionsHintsEndWithIt) {
   Start();
   auto watcher = Connect();
   ASSERT_NE(watcher, nullptr);
