@@ -165,12 +165,12 @@ struct AdaptiveOptions {
   // 16 1.3-1.6x, and chose as well on the recorded traces).
   uint64_t sample_blocks = 2048;
   uint64_t min_stride = 16;  // a power of two
-  // The sampled hit-rate lead a candidate needs over the followed one
-  // before the policy switches to it.
-  double margin = 0.01;
-  // ... at this many decisions in a row (one per half a turnover of a
+  // The lead a candidate needs over the followed one, in sampled hits as a
+  // share of the sampled references, before the policy switches to it ...
+  double margin = 0.003;
+  // ... at this many decisions in a row (one per eighth of a turnover of a
   // miniature cache).
-  uint32_t streak = 2;
+  uint32_t streak = 1;
 };
 
 // Adaptive: runs a miniature simulation of each candidate on a hash-sampled
