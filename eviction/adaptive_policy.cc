@@ -273,7 +273,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     if (id >= blocks_.size()) blocks_.resize(static_cast<size_t>(id) + 1);
     Slot& s = blocks_[id];
     assert(s.where == Where::kNone);
-    s.meta = meta;
+    s.Set(meta);
     s.stamp = ++clock_stamp_;
     s.where = Retained(meta) ? Where::kPriority : Where::kFollowed;
     PoolInsert(s.where, id, meta);
@@ -308,7 +308,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     // (An empty priority pool, the usual case, costs no clock read.)
     const std::optional<BlockId> p =
         retained.size() > 0 ? retained.Victim() : std::optional<BlockId>{};
-    if (p && EffectivePriority(blocks_[*p].meta) < kDefaultPriority) return p;
+    if (p && EffectivePriority(blocks_[*p].Meta()) < kDefaultPriority) return p;
     // A leaf-first candidate with every leaf pinned names none, as it would
     // alone: the engine then skips the write rather than evict an interior
     // block and the subtree under it.
@@ -355,14 +355,39 @@ class AdaptivePolicy final : public EvictionPolicy {
  private:
   enum class Where : uint8_t { kNone, kFollowed, kPriority };
 
+  // A tracked block: its metadata as the policies read it (no size: none
+  // does) in 32 bytes, two to a cache line, since every operation on the
+  // tier reads one at a random place.
   struct Slot {
-    BlockMeta meta;
+    uint64_t fingerprint = 0;
+    TimeNs priority_expires_at = kNoExpiry;
     // When the block last joined the recency order: inserted, touched,
     // unpinned or made a leaf (the order a rebuilt candidate gets).
     uint64_t stamp = 0;
+    uint32_t children_in_tier = 0;
+    uint8_t priority = kDefaultPriority;
+    bool pinned = false;
     uint8_t touches = 0;  // accesses since it entered, up to 3 (S3-FIFO's frequency)
     Where where = Where::kNone;
+
+    void Set(const BlockMeta& m) {
+      fingerprint = m.fingerprint;
+      priority_expires_at = m.priority_expires_at;
+      children_in_tier = m.children_in_tier;
+      priority = m.priority;
+      pinned = m.pinned;
+    }
+    BlockMeta Meta() const {
+      BlockMeta m;
+      m.priority = priority;
+      m.priority_expires_at = priority_expires_at;
+      m.pinned = pinned;
+      m.children_in_tier = children_in_tier;
+      m.fingerprint = fingerprint;
+      return m;
+    }
   };
+  static_assert(sizeof(Slot) == 32);
 
   void PoolInsert(Where w, BlockId id, const BlockMeta& meta) {
     if (w == Where::kPriority) {
@@ -388,12 +413,12 @@ class AdaptivePolicy final : public EvictionPolicy {
   // Passes an access or an update to the pool the block belongs in now.
   void Route(BlockId id, const BlockMeta& meta, bool touch) {
     Slot& s = blocks_[id];
-    if (touch || (s.meta.pinned && !meta.pinned) ||
-        (s.meta.children_in_tier > 0 && meta.children_in_tier == 0)) {
+    if (touch || (s.pinned && !meta.pinned) ||
+        (s.children_in_tier > 0 && meta.children_in_tier == 0)) {
       s.stamp = ++clock_stamp_;
     }
     if (touch && s.touches < 3) ++s.touches;
-    s.meta = meta;
+    s.Set(meta);
     const Where w = Retained(meta) ? Where::kPriority : Where::kFollowed;
     if (w != s.where) {
       PoolErase(s.where, id);
@@ -470,6 +495,31 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
   }
 
+  // Sorts order_ by stamp (all distinct): a radix sort on the stamps'
+  // offsets from the oldest, 11 bits a pass, since a switch sorts the whole
+  // tier (std::sort took 4 % of a replay that switched a few times).
+  void SortByStamp() {
+    if (order_.size() < 2) return;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (const auto& [stamp, id] : order_) {
+      lo = std::min(lo, stamp);
+      hi = std::max(hi, stamp);
+    }
+    constexpr int kBits = 11;
+    constexpr size_t kBuckets = size_t{1} << kBits;
+    scratch_.resize(order_.size());
+    std::array<size_t, kBuckets> count;
+    for (int shift = 0; shift < 64 && ((hi - lo) >> shift) != 0; shift += kBits) {
+      count.fill(0);
+      for (const auto& e : order_) ++count[((e.first - lo) >> shift) & (kBuckets - 1)];
+      size_t at = 0;
+      for (size_t& c : count) at += std::exchange(c, at);
+      for (const auto& e : order_)
+        scratch_[count[((e.first - lo) >> shift) & (kBuckets - 1)]++] = e;
+      order_.swap(scratch_);
+    }
+  }
+
   // Makes candidate `i` the followed one: a new instance of it, given the
   // tier's blocks oldest first.
   void Follow(size_t i) {
@@ -479,15 +529,16 @@ class AdaptivePolicy final : public EvictionPolicy {
     for (BlockId id = 0; id < blocks_.size(); ++id) {
       if (blocks_[id].where == Where::kFollowed) order_.emplace_back(blocks_[id].stamp, id);
     }
-    std::sort(order_.begin(), order_.end());
+    SortByStamp();
     // Each block inserted, then touched as often as it was accessed (up to
     // 3): the same order for the LRU candidates (a block touched right
     // after its insert stays the most recent), and S3-FIFO's frequencies, so
     // that it does not take over as a plain FIFO.
     for (const auto& [stamp, id] : order_) {
       const Slot& s = blocks_[id];
-      (*next)->Insert(id, s.meta);
-      for (uint8_t t = 0; t < s.touches; ++t) (*next)->Touch(id, s.meta);
+      const BlockMeta meta = s.Meta();
+      (*next)->Insert(id, meta);
+      for (uint8_t t = 0; t < s.touches; ++t) (*next)->Touch(id, meta);
     }
     live_ = std::move(next).value();
     for (MiniCache& m : minis_) m.lead = 0;
@@ -500,8 +551,9 @@ class AdaptivePolicy final : public EvictionPolicy {
   AdaptiveOptions options_;
   std::unique_ptr<EvictionPolicy> live_;  // the followed candidate, on the tier's blocks
   size_t followed_index_ = 0;
-  uint64_t clock_stamp_ = 0;                         // Slot::stamp's clock
-  std::vector<std::pair<uint64_t, BlockId>> order_;  // Follow's scratch
+  uint64_t clock_stamp_ = 0;                           // Slot::stamp's clock
+  std::vector<std::pair<uint64_t, BlockId>> order_;    // Follow's scratch
+  std::vector<std::pair<uint64_t, BlockId>> scratch_;  // SortByStamp's
   // The retained blocks by priority, twice: plainly, and leaf first (used
   // while the followed candidate is leaf-first, so that it keeps a retained
   // block's children as it keeps the others').
