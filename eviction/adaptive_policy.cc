@@ -76,12 +76,12 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "common/hash.h"
 #include "eviction/eviction_policy.h"
+#include "eviction/internal/sample_index.h"
 
 namespace kvtier::eviction {
 namespace {
@@ -92,18 +92,24 @@ constexpr BlockId kNoBlock = 0xffff'ffffu;
 // of its blocks, and the real policy object deciding.
 class MiniCache {
  public:
-  explicit MiniCache(std::unique_ptr<EvictionPolicy> policy) : policy_(std::move(policy)) {}
+  // `index` (shared by every candidate, column `column` this one's) must
+  // outlive it.
+  MiniCache(std::unique_ptr<EvictionPolicy> policy, internal::SampleIndex* index, size_t column)
+      : policy_(std::move(policy)), index_(index), column_(column) {}
 
   std::string_view name() const { return policy_->name(); }
 
   // One request for `chain` (sampled keys, first first), as the engine
-  // serves it. Returns the leading hits.
-  size_t Request(std::span<const uint64_t> chain, size_t capacity) {
+  // serves it; rows[i] is chain[i]'s row in the index, looked up before any
+  // candidate served the request (still right for this one's column until it
+  // changes the index itself). Returns the leading hits.
+  size_t Request(std::span<const uint64_t> chain, std::span<const uint32_t> rows, size_t capacity) {
     run_.clear();
-    for (uint64_t fp : chain) {
-      auto it = ids_.find(fp);
-      if (it == ids_.end()) break;
-      run_.push_back(it->second);
+    for (uint32_t row : rows) {
+      if (row == internal::SampleIndex::kNoRow) break;
+      const BlockId id = index_->Get(row, column_);
+      if (id == kNoBlock) break;
+      run_.push_back(id);
     }
     const size_t found = run_.size();
     // The read: the run touched last block first (the engine's order).
@@ -115,8 +121,8 @@ class MiniCache {
     if (parent != kNoBlock) written_.push_back(parent);
     for (BlockId id : written_) SetPinned(id, true);
     for (size_t i = found; i < chain.size(); ++i) {
-      if (ids_.contains(chain[i]) || !MakeRoom(capacity)) break;  // skipped, with the rest
-      if (parent != kNoBlock && nodes_[parent].orphan) break;     // they would go at once
+      if (Holds(chain[i]) || !MakeRoom(capacity)) break;       // skipped, with the rest
+      if (parent != kNoBlock && nodes_[parent].orphan) break;  // they would go at once
       parent = Add(chain[i], parent);
       written_.push_back(parent);
     }
@@ -125,6 +131,11 @@ class MiniCache {
       SetPinned(written_[i - 1], false);
     if (found > 0) SetPinned(written_.front(), false);
     return found;
+  }
+
+  bool Holds(uint64_t fp) const {
+    const uint32_t row = index_->Find(fp);
+    return row != internal::SampleIndex::kNoRow && index_->Get(row, column_) != kNoBlock;
   }
 
   // Pins or unpins a block; an orphan (its ancestor dropped while it was
@@ -140,9 +151,13 @@ class MiniCache {
     policy_->Update(id, MetaOf(id));
   }
 
+  // Forgets every block (between requests: none pinned); the caller resets
+  // the index.
   void Clear() {
-    for (auto& [fp, id] : ids_) policy_->Erase(id);
-    ids_.clear();
+    for (BlockId id = 0; id < nodes_.size(); ++id) {
+      if (nodes_[id].held) policy_->Erase(id);
+    }
+    held_ = 0;
     nodes_.clear();
     free_.clear();
     hits = lead = 0;
@@ -160,7 +175,8 @@ class MiniCache {
             next_sibling = kNoBlock;
     uint32_t children = 0;
     bool pinned = false;
-    bool orphan = false;  // dropped while pinned: gone from ids_, freed at its unpin
+    bool held = false;    // in the index and the policy
+    bool orphan = false;  // dropped while pinned: gone from the index, freed at its unpin
   };
 
   BlockMeta MetaOf(BlockId id) const {
@@ -172,7 +188,7 @@ class MiniCache {
   }
 
   bool MakeRoom(size_t capacity) {
-    while (ids_.size() >= capacity) {
+    while (held_ >= capacity) {
       const std::optional<BlockId> v = policy_->Victim();
       if (!v) return false;
       Drop(*v);
@@ -194,7 +210,9 @@ class MiniCache {
     n = Node{};
     n.fp = fp;
     n.pinned = true;
-    ids_.emplace(fp, id);
+    n.held = true;
+    index_->Set(fp, column_, id);
+    ++held_;
     if (parent != kNoBlock) {
       n.parent = parent;
       n.next_sibling = nodes_[parent].first_child;
@@ -220,7 +238,9 @@ class MiniCache {
       for (BlockId c = nodes_[id].first_child; c != kNoBlock; c = nodes_[c].next_sibling) {
         stack_.push_back(c);
       }
-      ids_.erase(nodes_[id].fp);
+      index_->Clear(nodes_[id].fp, column_);
+      nodes_[id].held = false;
+      --held_;
       if (nodes_[id].pinned) {
         nodes_[id].orphan = true;
         continue;
@@ -245,7 +265,9 @@ class MiniCache {
   }
 
   std::unique_ptr<EvictionPolicy> policy_;
-  std::unordered_map<uint64_t, BlockId> ids_;
+  internal::SampleIndex* index_;
+  size_t column_;
+  size_t held_ = 0;  // blocks in the index (orphans are not)
   std::vector<Node> nodes_;
   std::vector<BlockId> free_;
   std::vector<BlockId> stack_;
@@ -263,8 +285,9 @@ class AdaptivePolicy final : public EvictionPolicy {
         options_(std::move(options)),
         live_(std::move(live)),
         priority_{std::move(priority), std::move(leaf_priority)},
+        index_(minis.size()),
         stride_(options_.min_stride) {
-    for (auto& m : minis) minis_.emplace_back(std::move(m));
+    for (auto& m : minis) minis_.emplace_back(std::move(m), &index_, minis_.size());
     follows_leaf_ = options_.candidates.front().starts_with("leaf-");
   }
 
@@ -326,9 +349,11 @@ class AdaptivePolicy final : public EvictionPolicy {
       if ((Mix64(fp) & (stride_ - 1)) == 0) sampled_.push_back(fp);
     }
     if (sampled_.empty()) return;
+    rows_.clear();
+    for (uint64_t fp : sampled_) rows_.push_back(index_.Find(fp));
     const size_t capacity = MiniCapacity();
     for (MiniCache& m : minis_) {
-      m.last = static_cast<double>(m.Request(sampled_, capacity));
+      m.last = static_cast<double>(m.Request(sampled_, rows_, capacity));
       m.hits += m.last;
     }
     const double followed = minis_[followed_index_].last;
@@ -460,6 +485,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     if (want <= stride_) return;
     stride_ = want;
     for (MiniCache& m : minis_) m.Clear();
+    index_.Reset();
     refs_ = 0;
   }
 
@@ -563,8 +589,10 @@ class AdaptivePolicy final : public EvictionPolicy {
   size_t size_ = 0;
   uint64_t switches_ = 0;
 
-  std::vector<MiniCache> minis_;
+  internal::SampleIndex index_;    // the sampled keys every miniature cache holds
+  std::vector<MiniCache> minis_;   // each its column of index_
   std::vector<uint64_t> sampled_;  // Referenced's scratch
+  std::vector<uint32_t> rows_;     // ... and the sampled keys' rows in index_
   uint64_t stride_;
   uint64_t high_water_ = 0;
   uint64_t next_restride_ = 0;
