@@ -307,14 +307,34 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
   }
 
+  // Touch and Update are most of a tier's operations (a read pins, touches
+  // and unpins each block), so the usual case, a block of the followed
+  // candidate that stays there, is handled here without Route's pool moves.
   void Touch(BlockId id, const BlockMeta& meta) override {
-    assert(blocks_[id].where != Where::kNone);
-    Route(id, meta, /*touch=*/true);
+    Slot& s = blocks_[id];
+    assert(s.where != Where::kNone);
+    if (s.where != Where::kFollowed || meta.priority != kDefaultPriority) {
+      Route(id, meta, /*touch=*/true);
+      return;
+    }
+    s.stamp = ++clock_stamp_;
+    s.touches += s.touches < 3;
+    s.Set(meta);
+    live_->Touch(id, meta);
   }
 
   void Update(BlockId id, const BlockMeta& meta) override {
-    assert(blocks_[id].where != Where::kNone);
-    Route(id, meta, /*touch=*/false);
+    Slot& s = blocks_[id];
+    assert(s.where != Where::kNone);
+    if (s.where != Where::kFollowed || meta.priority != kDefaultPriority) {
+      Route(id, meta, /*touch=*/false);
+      return;
+    }
+    if ((s.pinned && !meta.pinned) || (s.children_in_tier > 0 && meta.children_in_tier == 0)) {
+      s.stamp = ++clock_stamp_;
+    }
+    s.Set(meta);
+    live_->Update(id, meta);
   }
 
   void Erase(BlockId id) override {
@@ -396,7 +416,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     Where where = Where::kNone;
 
     void Set(const BlockMeta& m) {
-      fingerprint = m.fingerprint;
+      fingerprint = m.fingerprint;  // (for a block that keeps its id after a reuse)
       priority_expires_at = m.priority_expires_at;
       children_in_tier = m.children_in_tier;
       priority = m.priority;
@@ -436,7 +456,8 @@ class AdaptivePolicy final : public EvictionPolicy {
   bool Retained(const BlockMeta& m) const { return EffectivePriority(m) != kDefaultPriority; }
 
   // Passes an access or an update to the pool the block belongs in now.
-  void Route(BlockId id, const BlockMeta& meta, bool touch) {
+  // (Out of line, so that Touch's and Update's usual case stays lean.)
+  [[gnu::noinline]] void Route(BlockId id, const BlockMeta& meta, bool touch) {
     Slot& s = blocks_[id];
     if (touch || (s.pinned && !meta.pinned) ||
         (s.children_in_tier > 0 && meta.children_in_tier == 0)) {
@@ -557,13 +578,17 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
     SortByStamp();
     // Each block inserted, then touched as often as it was accessed (up to
-    // 3): the same order for the LRU candidates (a block touched right
-    // after its insert stays the most recent), and S3-FIFO's frequencies, so
-    // that it does not take over as a plain FIFO.
+    // 3): S3-FIFO's (and LFU's) frequencies, so that it does not take over
+    // as a plain FIFO. A policy ordered by recency alone (LRU, priority,
+    // leaf-first around them) keeps a block touched right after its insert
+    // where the insert put it, so it is not touched.
+    const std::string_view name = options_.candidates[i];
+    const bool by_recency = name.ends_with("lru") || name.ends_with("priority");
     for (const auto& [stamp, id] : order_) {
       const Slot& s = blocks_[id];
       const BlockMeta meta = s.Meta();
       (*next)->Insert(id, meta);
+      if (by_recency) continue;
       for (uint8_t t = 0; t < s.touches; ++t) (*next)->Touch(id, meta);
     }
     live_ = std::move(next).value();

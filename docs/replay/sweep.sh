@@ -10,7 +10,12 @@
 #   against LRU at 1 %, 2 %, 5 %, 10 %, 20 %, 35 %, 50 %, 75 % and 100 % of
 #   each trace's distinct blocks, for the Mooncake trace and the
 #   kv-cache-tester files interleaved and one after another (--combine
-#   concat), with the ratio of LRU's refs/s to adaptive's in the same run.
+#   concat); then adaptive's cost per block reference against LRU's at the
+#   same capacities: the median over 8 runs of LRU's refs/s over adaptive's,
+#   the two run back to back in one process, alternating which goes first
+#   (pairs, since the machine's speed drifts between runs; the Mooncake trace
+#   16 times over, one copy after another, since one copy replays in ~40 ms,
+#   too short to time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 kvtier=${1:-build/client/kvtier}
@@ -29,12 +34,15 @@ for t in "${kvct[@]}"; do kvct_args+=(--trace "$t"); done
   --plot "$out/kv-cache-tester.svg" >/dev/null
 
 fixed=lru,leaf-lru,lfu,s3fifo,leaf-s3fifo,leaf-lfu
+caps_of() {  # distinct blocks -> the 9 capacities
+  python3 -c "import sys; n=int(sys.argv[1]); print(','.join(str(max(1, round(n * f))) for f in (0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)))" "$1"
+}
 goal() {  # name, distinct blocks, replay args...
   local name=$1 distinct=$2 tmp
   shift 2
   tmp=$(mktemp)
   local caps
-  caps=$(python3 -c "import sys; n=int(sys.argv[1]); print(','.join(str(max(1, round(n * f))) for f in (0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)))" "$distinct")
+  caps=$(caps_of "$distinct")
   "$kvtier" replay --quiet "$@" --policies "$fixed,adaptive" --capacity-blocks "$caps" \
     --csv "$tmp" >/dev/null
   python3 - "$name" "$tmp" <<'PY'
@@ -49,20 +57,52 @@ for cap in sorted({int(r["capacity_blocks"]) for r in rows}):
     best = max(fixed, key=fixed.get)
     d_best = (hit["adaptive"] - fixed[best]) * 100
     d_lru = (hit["adaptive"] - hit["lru"]) * 100
-    cost = float(at["lru"]["refs_per_second"]) / float(at["adaptive"]["refs_per_second"])
     worst_best, worst_lru = min(worst_best, d_best), min(worst_lru, d_lru)
     print(f"{name:16} {cap:7d}  lru {hit['lru']:.4f}  best {best:11} {fixed[best]:.4f}"
-          f"  adaptive {hit['adaptive']:.4f}  vs best {d_best:+.2f} pt  vs lru {d_lru:+.2f} pt"
-          f"  cost {cost:.2f}x")
+          f"  adaptive {hit['adaptive']:.4f}  vs best {d_best:+.2f} pt  vs lru {d_lru:+.2f} pt")
 print(f"{name}: worst {worst_best:+.2f} pt against the best fixed policy, "
       f"{worst_lru:+.2f} pt against lru")
 PY
   rm -f "$tmp"
 }
+cost() {  # name, distinct blocks, replay args...
+  local name=$1 dir cap i order
+  local -a caps
+  IFS=, read -ra caps <<<"$(caps_of "$2")"
+  shift 2
+  dir=$(mktemp -d)
+  for cap in "${caps[@]}"; do
+    for i in 1 2 3 4 5 6 7 8; do
+      order=adaptive,lru
+      ((i % 2)) || order=lru,adaptive
+      "$kvtier" replay --quiet "$@" --policies "$order" --capacity-blocks "$cap" \
+        --csv "$dir/$cap-$i.csv" >/dev/null
+    done
+  done
+  python3 - "$name" "$dir" <<'PY'
+import csv, glob, statistics, sys
+name, d = sys.argv[1], sys.argv[2]
+ratios = {}
+for f in glob.glob(d + "/*.csv"):
+    rate = {r["policy"]: float(r["refs_per_second"]) for r in csv.DictReader(open(f))}
+    cap = int(f.rsplit("/", 1)[1].split("-")[0])
+    ratios.setdefault(cap, []).append(rate["lru"] / rate["adaptive"])
+med = {c: statistics.median(r) for c, r in ratios.items()}
+print(f"{name:16} cost " + " ".join(f"{c}:{med[c]:.2f}x" for c in sorted(med))
+      + f"  (worst {max(med.values()):.2f}x)")
+PY
+  rm -rf "$dir"
+}
+mooncake16=()
+for _ in $(seq 16); do mooncake16+=(--trace tests/data/mooncake_synthetic_trace.jsonl); done
 {
   echo "# docs/replay/sweep.sh: adaptive against the best fixed policy ($fixed)"
-  echo "# at 1-100 % of each trace's distinct blocks; block hit rates; cost = lru refs/s / adaptive refs/s"
+  echo "# at 1-100 % of each trace's distinct blocks; block hit rates"
   goal mooncake 43924 --trace tests/data/mooncake_synthetic_trace.jsonl
   goal kvct-interleave 25456 "${kvct_args[@]}" --combine interleave
   goal kvct-concat 25456 "${kvct_args[@]}" --combine concat
+  echo "# cost: lru's refs/s over adaptive's at each capacity, median of 8 paired runs"
+  cost mooncake 43924 "${mooncake16[@]}" --combine concat
+  cost kvct-interleave 25456 "${kvct_args[@]}" --combine interleave
+  cost kvct-concat 25456 "${kvct_args[@]}" --combine concat
 } >"$out/adaptive-goal.txt"
