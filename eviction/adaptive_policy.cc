@@ -318,7 +318,7 @@ class AdaptivePolicy final : public EvictionPolicy {
       return;
     }
     s.stamp = ++clock_stamp_;
-    s.touches += s.touches < 3;
+    if (s.touches < 3) ++s.touches;
     s.Set(meta);
     live_->Touch(id, meta);
   }
