@@ -279,11 +279,10 @@ class AdaptivePolicy final : public EvictionPolicy {
  public:
   AdaptivePolicy(const Clock& clock, AdaptiveOptions options,
                  std::vector<std::unique_ptr<EvictionPolicy>> minis,
-                 std::unique_ptr<EvictionPolicy> live, std::unique_ptr<EvictionPolicy> priority,
+                 std::unique_ptr<EvictionPolicy> priority,
                  std::unique_ptr<EvictionPolicy> leaf_priority)
       : clock_(clock),
         options_(std::move(options)),
-        live_(std::move(live)),
         priority_{std::move(priority), std::move(leaf_priority)},
         index_(minis.size()),
         stride_(options_.min_stride) {
@@ -301,6 +300,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     s.where = Retained(meta) ? Where::kPriority : Where::kFollowed;
     PoolInsert(s.where, id, meta);
     ++size_;
+    if (Sampled(meta.fingerprint)) ++sampled_in_tier_;
     if (size_ > high_water_) {
       high_water_ = size_;
       if (high_water_ >= next_restride_) Restride();
@@ -320,7 +320,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     s.stamp = ++clock_stamp_;
     if (s.touches < 3) ++s.touches;
     s.Set(meta);
-    live_->Touch(id, meta);
+    if (live_ != nullptr) live_->Touch(id, meta);
   }
 
   void Update(BlockId id, const BlockMeta& meta) override {
@@ -334,19 +334,26 @@ class AdaptivePolicy final : public EvictionPolicy {
       s.stamp = ++clock_stamp_;
     }
     s.Set(meta);
-    live_->Update(id, meta);
+    if (live_ != nullptr) live_->Update(id, meta);
   }
 
   void Erase(BlockId id) override {
     Slot& s = blocks_[id];
     assert(s.where != Where::kNone);
     PoolErase(s.where, id);
+    if (Sampled(s.fingerprint)) --sampled_in_tier_;
     s = Slot{};
     --size_;
   }
 
   std::optional<BlockId> Victim() override {
-    if (!evicting_) StartScoring();
+    if (!evicting_) {
+      // The candidate followed so far takes the blocks now: until a victim
+      // is wanted no policy needs to order them, and the slots know the
+      // order (Build).
+      StartScoring();
+      Build(followed_index_);
+    }
     EvictionPolicy& retained = *priority_[follows_leaf_ ? 1 : 0];
     // (An empty priority pool, the usual case, costs no clock read.)
     const std::optional<BlockId> p =
@@ -366,7 +373,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   void Referenced(std::span<const uint64_t> chain) override {
     sampled_.clear();
     for (uint64_t fp : chain) {
-      if ((Mix64(fp) & (stride_ - 1)) == 0) sampled_.push_back(fp);
+      if (Sampled(fp)) sampled_.push_back(fp);
     }
     if (sampled_.empty()) return;
     rows_.clear();
@@ -393,7 +400,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     r.switches = switches_;
     r.sampled_refs = sampled_refs_;
     r.sample_stride = stride_;
-    r.sample_capacity = std::max<size_t>(1, high_water_ / stride_);
+    r.sample_capacity = SampledCapacity();
     return r;
   }
 
@@ -439,14 +446,14 @@ class AdaptivePolicy final : public EvictionPolicy {
       for (auto& p : priority_) p->Insert(id, meta);
       return;
     }
-    live_->Insert(id, meta);
+    if (live_ != nullptr) live_->Insert(id, meta);
   }
   void PoolErase(Where w, BlockId id) {
     if (w == Where::kPriority) {
       for (auto& p : priority_) p->Erase(id);
       return;
     }
-    live_->Erase(id);
+    if (live_ != nullptr) live_->Erase(id);
   }
 
   uint8_t EffectivePriority(const BlockMeta& m) const {
@@ -472,6 +479,8 @@ class AdaptivePolicy final : public EvictionPolicy {
       s.where = w;
     } else if (w == Where::kPriority) {
       for (auto& p : priority_) touch ? p->Touch(id, meta) : p->Update(id, meta);
+    } else if (live_ == nullptr) {
+      return;
     } else if (touch) {
       live_->Touch(id, meta);
     } else {
@@ -479,13 +488,24 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
   }
 
-  // The tier's largest size scaled by the rate, from the start: while the
-  // tier grows, the miniature caches already evict as a cache of its
-  // present size would, so the candidates part before it is full. (Left
-  // unbounded until the tier's first eviction, they scored alike until
-  // then, and on traffic that fills the tier late the switch came too late
-  // to gain.)
-  size_t MiniCapacity() const { return std::max<size_t>(1, high_water_ / stride_); }
+  bool Sampled(uint64_t fp) const { return (Mix64(fp) & (stride_ - 1)) == 0; }
+
+  // The sampled keys a full tier holds: those it holds now, plus a stride's
+  // share of the room left below its largest size.
+  size_t SampledCapacity() const {
+    return std::max<size_t>(1, sampled_in_tier_ + (high_water_ - size_) / stride_);
+  }
+
+  // A miniature cache holds what the tier does: everything until the tier
+  // first evicts, then as many sampled keys as the tier holds. Counted, not
+  // scaled (high water / stride): the sampled share of a tier's blocks
+  // varies by a few percent, and a miniature cache filling a few percent
+  // earlier or later than the tier misses the moment the candidates part.
+  // On a coding-agent session (one chain, each request extending the last;
+  // LRU evicts the chain's head once full and then misses everything) the
+  // scaled capacity filled late, the samples saw leaf-first LRU ahead by 1
+  // point where it led by 36, and the switch came too late: 24 points lost.
+  size_t MiniCapacity() const { return evicting_ ? SampledCapacity() : SIZE_MAX; }
 
   // The tier needs room for the first time: from now on its policy decides
   // what it keeps, and the candidates' scores restart ("Deciding", above).
@@ -508,6 +528,9 @@ class AdaptivePolicy final : public EvictionPolicy {
     for (MiniCache& m : minis_) m.Clear();
     index_.Reset();
     refs_ = 0;
+    sampled_in_tier_ = 0;
+    for (const Slot& b : blocks_)
+      sampled_in_tier_ += b.where != Where::kNone && Sampled(b.fingerprint);
   }
 
   // Ages every candidate's hits and the reference count by `n` references,
@@ -567,9 +590,16 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
   }
 
-  // Makes candidate `i` the followed one: a new instance of it, given the
-  // tier's blocks oldest first.
+  // Makes candidate `i` the followed one, its leads restarting against it.
   void Follow(size_t i) {
+    Build(i);
+    for (MiniCache& m : minis_) m.lead = 0;
+    ++switches_;
+  }
+
+  // Makes a new instance of candidate `i` the live one, given the tier's
+  // blocks oldest first.
+  void Build(size_t i) {
     Result<std::unique_ptr<EvictionPolicy>> next = NewPolicy(options_.candidates[i], clock_);
     if (!next) return;  // cannot happen: every name was made once at the start
     order_.clear();
@@ -592,15 +622,15 @@ class AdaptivePolicy final : public EvictionPolicy {
       for (uint8_t t = 0; t < s.touches; ++t) (*next)->Touch(id, meta);
     }
     live_ = std::move(next).value();
-    for (MiniCache& m : minis_) m.lead = 0;
     followed_index_ = i;
     follows_leaf_ = options_.candidates[i].starts_with("leaf-");
-    ++switches_;
   }
 
   const Clock& clock_;
   AdaptiveOptions options_;
-  std::unique_ptr<EvictionPolicy> live_;  // the followed candidate, on the tier's blocks
+  // The followed candidate on the tier's blocks; none until the first
+  // Victim().
+  std::unique_ptr<EvictionPolicy> live_;
   size_t followed_index_ = 0;
   uint64_t clock_stamp_ = 0;                           // Slot::stamp's clock
   std::vector<std::pair<uint64_t, BlockId>> order_;    // Follow's scratch
@@ -620,6 +650,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   std::vector<uint32_t> rows_;     // ... and the sampled keys' rows in index_
   uint64_t stride_;
   uint64_t high_water_ = 0;
+  size_t sampled_in_tier_ = 0;  // the tier's blocks whose fingerprint is sampled
   uint64_t next_restride_ = 0;
   uint64_t sampled_refs_ = 0;
   uint64_t since_decision_ = 0;
@@ -643,10 +674,8 @@ Result<std::unique_ptr<EvictionPolicy>> NewAdaptivePolicy(const Clock& clock,
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> m, NewPolicy(c, clock));
     minis.push_back(std::move(m));
   }
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> live,
-                          NewPolicy(options.candidates.front(), clock));
   std::unique_ptr<EvictionPolicy> policy = std::make_unique<AdaptivePolicy>(
-      clock, std::move(options), std::move(minis), std::move(live), NewPriorityPolicy(clock),
+      clock, std::move(options), std::move(minis), NewPriorityPolicy(clock),
       NewLeafFirst(NewPriorityPolicy(clock)));
   return policy;
 }

@@ -217,13 +217,20 @@ Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKe
   return result;
 }
 
+// A block's fingerprint for its policy (BlockMeta::fingerprint): the same
+// in the tier's Insert as in the lookups' chains (Referenced), so that an
+// adaptive policy can tell which of the tier's blocks it samples.
+namespace {
+uint64_t Fingerprint(NamespaceId ns, const BlockKey& key) {
+  const uint64_t salt = (uint64_t{ns} + 1) * 0x9e3779b97f4a7c15ULL;  // namespaces apart
+  return prefix_index::BlockKeyHash{}(key) ^ salt;
+}
+}  // namespace
+
 void CacheEngine::TellReferences(NamespaceId ns, std::span<const BlockKey> keys) {
   if (!references_wanted_) return;
   chain_fingerprints_.clear();
-  const uint64_t salt = (uint64_t{ns} + 1) * 0x9e3779b97f4a7c15ULL;  // namespaces apart
-  for (const BlockKey& key : keys) {
-    chain_fingerprints_.push_back(prefix_index::BlockKeyHash{}(key) ^ salt);
-  }
+  for (const BlockKey& key : keys) chain_fingerprints_.push_back(Fingerprint(ns, key));
   for (const auto& p : policies_) {
     if (p != nullptr && p->wants_references()) p->Referenced(chain_fingerprints_);
   }
@@ -451,8 +458,8 @@ eviction::BlockMeta CacheEngine::MetaOf(EntryId id) const {
   meta.priority_expires_at = b.priority_until;
   meta.pinned = b.pins > 0 || b.hinted;  // a hint protects as a pin does, until it yields
   meta.children_in_tier = b.children_in_tier;
-  const BlockKey& key = index_.key(id);
-  meta.fingerprint = key.lo ^ key.hi;  // lets S3-FIFO's ghosts survive id reuse
+  // (Also lets S3-FIFO's ghosts survive id reuse.)
+  meta.fingerprint = Fingerprint(index_.ns(id), index_.key(id));
   return meta;
 }
 

@@ -12,8 +12,10 @@
 #   kv-cache-tester files interleaved and one after another (--combine
 #   concat); then adaptive's cost per block reference against LRU's at the
 #   same capacities: the median over 8 runs of LRU's refs/s over adaptive's,
-#   the two run back to back in one process, alternating which goes first
-#   (pairs, since the machine's speed drifts between runs; the Mooncake trace
+#   and of leaf-first LRU's (adaptive's usual choice on agent traffic, dearer
+#   than LRU by itself), run back to back in one process, rotating which goes
+#   first
+#   (together, since the machine's speed drifts between runs; the Mooncake trace
 #   16 times over, one copy after another, since one copy replays in ~40 ms,
 #   too short to time).
 set -euo pipefail
@@ -73,8 +75,8 @@ cost() {  # name, distinct blocks, replay args...
   dir=$(mktemp -d)
   for cap in "${caps[@]}"; do
     for i in 1 2 3 4 5 6 7 8; do
-      order=adaptive,lru
-      ((i % 2)) || order=lru,adaptive
+      order=(adaptive,lru,leaf-lru lru,leaf-lru,adaptive leaf-lru,adaptive,lru)
+      order=${order[i % 3]}
       "$kvtier" replay --quiet "$@" --policies "$order" --capacity-blocks "$cap" \
         --csv "$dir/$cap-$i.csv" >/dev/null
     done
@@ -86,10 +88,12 @@ ratios = {}
 for f in glob.glob(d + "/*.csv"):
     rate = {r["policy"]: float(r["refs_per_second"]) for r in csv.DictReader(open(f))}
     cap = int(f.rsplit("/", 1)[1].split("-")[0])
-    ratios.setdefault(cap, []).append(rate["lru"] / rate["adaptive"])
-med = {c: statistics.median(r) for c, r in ratios.items()}
-print(f"{name:16} cost " + " ".join(f"{c}:{med[c]:.2f}x" for c in sorted(med))
-      + f"  (worst {max(med.values()):.2f}x)")
+    ratios.setdefault(cap, []).append(
+        (rate["lru"] / rate["adaptive"], rate["leaf-lru"] / rate["adaptive"]))
+for i, peer in enumerate(("lru", "leaf-lru")):
+    med = {c: statistics.median(r[i] for r in rs) for c, rs in ratios.items()}
+    print(f"{name:16} cost vs {peer:8} " + " ".join(f"{c}:{med[c]:.2f}x" for c in sorted(med))
+          + f"  (worst {max(med.values()):.2f}x)")
 PY
   rm -rf "$dir"
 }
@@ -101,7 +105,7 @@ for _ in $(seq 16); do mooncake16+=(--trace tests/data/mooncake_synthetic_trace.
   goal mooncake 43924 --trace tests/data/mooncake_synthetic_trace.jsonl
   goal kvct-interleave 25456 "${kvct_args[@]}" --combine interleave
   goal kvct-concat 25456 "${kvct_args[@]}" --combine concat
-  echo "# cost: lru's refs/s over adaptive's at each capacity, median of 8 paired runs"
+  echo "# cost: lru's (leaf-lru's) refs/s over adaptive's at each capacity, median of 8 runs of the three back to back"
   cost mooncake 43924 "${mooncake16[@]}" --combine concat
   cost kvct-interleave 25456 "${kvct_args[@]}" --combine interleave
   cost kvct-concat 25456 "${kvct_args[@]}" --combine concat
