@@ -499,12 +499,13 @@ class AdaptivePolicy final : public EvictionPolicy {
   // A miniature cache holds what the tier does: everything until the tier
   // first evicts, then as many sampled keys as the tier holds. Counted, not
   // scaled (high water / stride): the sampled share of a tier's blocks
-  // varies by a few percent, and a miniature cache filling a few percent
-  // earlier or later than the tier misses the moment the candidates part.
-  // On a coding-agent session (one chain, each request extending the last;
-  // LRU evicts the chain's head once full and then misses everything) the
-  // scaled capacity filled late, the samples saw leaf-first LRU ahead by 1
-  // point where it led by 36, and the switch came too late: 24 points lost.
+  // varies by a few percent, and a miniature cache that fills earlier or
+  // later than the tier parts the candidates at another moment than the
+  // tier's. (Measured, neither is better everywhere: on single coding-agent
+  // sessions, where LRU's first evictions take the head of the live chain,
+  // counting cut the loss to leaf-first LRU from 24 to 17 points on one
+  // and raised it from 1.6 to 7.6 on another; the loss is the requests
+  // served between the first eviction and the switch.)
   size_t MiniCapacity() const { return evicting_ ? SampledCapacity() : SIZE_MAX; }
 
   // The tier needs room for the first time: from now on its policy decides
