@@ -31,15 +31,20 @@
 // difference that matters on agent traffic: plain LRU evicting the middle
 // of the very chain being extended.
 //
-// Rate. A policy does not know its tier's capacity; a miniature cache holds
-// the tier's high-water size / stride blocks, one key in `stride` being
-// sampled. The stride is a power of two, at least min_stride (bounding the
-// cost), set so that a miniature cache holds about sample_blocks; when the
-// high-water size grows past that, the samples restart at the lower rate.
+// Rate. One key in `stride` is sampled, by a hash of its fingerprint. A
+// policy does not know its tier's capacity, so a miniature cache holds what
+// the tier does: everything until the tier first evicts, then as many
+// sampled keys as the tier holds (the engine gives Insert and Referenced the
+// same fingerprints, so the tier's sampled blocks are counted). The stride
+// is a power of two, at least min_stride (bounding the cost), set so that a
+// miniature cache holds about sample_blocks of the tier's high-water size;
+// when that grows past it, the samples restart at the lower rate.
 //
 // Following. Only the followed candidate runs on the tier's real blocks: one
 // policy's work per operation, as the fixed policies do (keeping every
-// candidate live cost 1.6-2.3x LRU's time in replay). A switch builds the
+// candidate live cost 1.6-2.3x LRU's time in replay), and none before the
+// tier's first victim is wanted (built then from the tier's blocks, as at a
+// switch). A switch builds the
 // new candidate from the tier's blocks, inserted oldest first by the time of
 // their last access, insert, unpin or becoming a leaf, each touched as often
 // as it was accessed (up to 3): exactly the order a live LRU (and leaf-first
