@@ -276,6 +276,17 @@ Result<Allocation> CacheEngine::Allocate(NamespaceId ns, std::optional<BlockKey>
       no_room = slot.status();
       break;
     }
+    // Making room may have dropped an ancestor of the write (the pinned
+    // blocks keep their own places, not their parents'): what is written
+    // under it would go at the commit, so it is skipped instead of taking
+    // more blocks' room.
+    const EntryId top = !rec.pinned.empty() ? rec.pinned.front() : kNoEntry;
+    if (top != kNoEntry && index_.orphan(top)) {
+      tiers_[Index(kind)]->Free(*slot);
+      no_room = ResourceExhaustedError("the " + std::string(TierKindName(kind)) +
+                                       " tier dropped the chain's own prefix to make room");
+      break;
+    }
     id = index_.Insert(ns, keys[i], prev);
     if (blocks_.size() < index_.id_limit()) blocks_.resize(index_.id_limit());
     blocks_[id] = Block{};

@@ -279,6 +279,23 @@ TEST_F(CacheEngineTest, ParentEvictedByPressureIsNotCountedInAPrefixHit) {
   EXPECT_EQ(Hits(std::span(a).subspan(1)), 0u);
 }
 
+TEST_F(CacheEngineTest, AWriteStopsWhereMakingRoomDroppedItsOwnPrefix) {
+  Build(0, 6);
+  const auto keys = Chain(1, 9);
+  ASSERT_EQ(Put(*engine_, ns_, std::span(keys).first(6)), 6u);
+  // A read touches the chain last block first, so under LRU the block
+  // before the write's parent is the first victim: the parent becomes an
+  // orphan, and what is written under it would go at the commit. The write
+  // stops there rather than evict keys[3], keys[2] and keys[1] for nothing.
+  engine_->Acquire(ns_, std::span(keys).first(6), TierKind::kHost)->Release();
+  auto a = engine_->Allocate(ns_, keys[5], std::span(keys).subspan(6), TierKind::kHost);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kResourceExhausted) << a.status().ToString();
+  EXPECT_EQ(Hits(keys), 4u);
+  EXPECT_EQ(Tier(TierKind::kHost).evictions, 1u);
+  EXPECT_EQ(Tier(TierKind::kHost).blocks, 4u);
+}
+
 TEST_F(CacheEngineTest, LeasedChildOfARemovedParentGoesAtRelease) {
   Build(0, 8);
   const auto keys = Chain(1, 3);
