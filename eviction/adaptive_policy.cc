@@ -36,9 +36,16 @@
 // the tier does: everything until the tier first evicts, then as many
 // sampled keys as the tier holds (the engine gives Insert and Referenced the
 // same fingerprints, so the tier's sampled blocks are counted). The stride
-// is a power of two, at least min_stride (bounding the cost), set so that a
-// miniature cache holds about sample_blocks of the tier's high-water size;
-// when that grows past it, the samples restart at the lower rate.
+// is a power of two, set so that a miniature cache holds about
+// sample_blocks of the tier's high-water size, at least min_stride (bounding
+// the cost) unless the cache would then hold fewer than min_sample_blocks:
+// a tiny tier samples every key, then one in 2, 4, ... as it fills (with one
+// or two keys a miniature cache cannot show a candidate dropping the block
+// before the one it writes under). When the high water mark raises the
+// stride, each miniature cache is thinned in place: the keys of a
+// power-of-two stride are a subset of those of the stride below, so it
+// drops the keys no longer sampled, their children moving up to their
+// parents, and keeps its order.
 //
 // Following. Only the followed candidate runs on the tier's real blocks: one
 // policy's work per operation, as the fixed policies do (keeping every
@@ -53,22 +60,34 @@
 // FIFO and gained nothing on Mooncake).
 //
 // Deciding. Nothing is decided until the tier first needs room: before, every
-// candidate keeps everything the tier does, and the scores restart then (kept,
-// the references from the filling diluted the lead of the candidate that
-// evicts best; on the Mooncake trace S3-FIFO took over two thirds of the way
-// through instead of a third, and the policy stayed 1.3 points under it). Each
-// candidate's lead is its hits minus the followed candidate's, request by
-// request, since that one was chosen; leads, hits and the reference count
-// decay with a half-life of eight turnovers of a miniature cache. Every eighth
-// of a turnover the candidate with the largest lead, if it exceeds `margin` of
-// the references, becomes the followed one, and the leads restart against it.
-// A switch is not free (the new candidate inherits blocks the old one chose
-// to keep; a rebuilt S3-FIFO lacks the history of one that ran), so it must
-// come early, on little evidence: deciding every half turnover, or only after
-// two decisions in a row, switched too late on the Mooncake trace and lost up
-// to 2 points to S3-FIFO over different sampling seeds; deciding every
-// eighth, the worst over six seeds was 0.8 point under the best fixed policy
-// and 0.5 under LRU on the traces the project carries.
+// candidate keeps everything the tier does. Then each miniature cache is cut
+// to the tier's sampled size by its own victims and probed: it serves the
+// last request's chain again with one block more (the next request, where a
+// coding agent's session extends the last), and the candidate that keeps the
+// longest leading run of that chain starts, the first one on a tie. Where
+// other traffic fills the tier every candidate keeps the last chain whole;
+// where one session fills it, plain LRU drops the block before the one it
+// writes under, and that block's descendants with it. A session replayed
+// alone has only its few requests to learn from: without the probe, at half
+// of one session's blocks adaptive lost 3.5 points to leaf-first LRU before
+// the samples made it switch (0.0 with it, at every capacity of all eight
+// recorded sessions; the probe, one request more, distorts the samples no
+// more than a request does). The scores restart then (kept, the references
+// from the filling diluted the lead of the candidate that evicts best; on the
+// Mooncake trace S3-FIFO took over two thirds of the way through instead of a
+// third, and the policy stayed 1.3 points under it). Each candidate's lead is
+// its hits minus the followed candidate's, request by request, since that one
+// was chosen; leads, hits and the reference count decay with a half-life of
+// eight turnovers of a miniature cache. Every eighth of a turnover the
+// candidate with the largest lead, if it exceeds `margin` of the references,
+// becomes the followed one, and the leads restart against it. A switch is not
+// free (the new candidate inherits blocks the old one chose to keep; a
+// rebuilt S3-FIFO lacks the history of one that ran), so it must come early,
+// on little evidence: deciding every half turnover, or only after two
+// decisions in a row, switched too late on the Mooncake trace and lost up to
+// 2 points to S3-FIFO over different sampling seeds; deciding every eighth,
+// the worst over six seeds was 0.8 point under the best fixed policy and 0.5
+// under LRU on the traces the project carries.
 //
 // Priority retention applies on top of every candidate: a block whose
 // effective priority is not the default sits in a priority policy instead,
@@ -92,6 +111,8 @@ namespace kvtier::eviction {
 namespace {
 
 constexpr BlockId kNoBlock = 0xffff'ffffu;
+// The block StartScoring's probe adds (another, if a sampled key has it).
+constexpr uint64_t kProbeFingerprint = 0x6b76'7469'6572'7072ULL;
 
 // One candidate run on the sampled keys: its own id space, the prefix tree
 // of its blocks, and the real policy object deciding.
@@ -138,6 +159,23 @@ class MiniCache {
     return found;
   }
 
+  // Evicts the candidate's victims until it holds at most `capacity` (between
+  // requests: none pinned).
+  void Trim(size_t capacity) {
+    while (held_ > capacity) {
+      const std::optional<BlockId> v = policy_->Victim();
+      if (!v) return;
+      Drop(*v);
+    }
+  }
+
+  // The leading run of `chain` (sampled keys) held: the hits if it came again.
+  size_t Retained(std::span<const uint64_t> chain) const {
+    size_t n = 0;
+    while (n < chain.size() && Holds(chain[n])) ++n;
+    return n;
+  }
+
   bool Holds(uint64_t fp) const {
     const uint32_t row = index_->Find(fp);
     return row != internal::SampleIndex::kNoRow && index_->Get(row, column_) != kNoBlock;
@@ -156,16 +194,23 @@ class MiniCache {
     policy_->Update(id, MetaOf(id));
   }
 
-  // Forgets every block (between requests: none pinned); the caller resets
-  // the index.
-  void Clear() {
+  // Forgets the keys `keep` rejects (the sampling rate lowered: the keys of
+  // the new rate are a subset of the old one's), each one's children moving
+  // up to its parent: what stays is the tree the new rate would have built,
+  // in the order the candidate had it (between requests: none pinned).
+  template <typename Keep>
+  void Thin(const Keep& keep) {
     for (BlockId id = 0; id < nodes_.size(); ++id) {
-      if (nodes_[id].held) policy_->Erase(id);
+      if (nodes_[id].held && !keep(nodes_[id].fp)) Remove(id);
     }
-    held_ = 0;
-    nodes_.clear();
-    free_.clear();
-    hits = lead = 0;
+  }
+
+  // Forgets `fp`, if held (between requests).
+  void Forget(uint64_t fp) {
+    const uint32_t row = index_->Find(fp);
+    if (row == internal::SampleIndex::kNoRow) return;
+    const BlockId id = index_->Get(row, column_);
+    if (id != kNoBlock) Remove(id);
   }
 
   double hits = 0;  // decayed (AdaptivePolicy::Decay)
@@ -218,16 +263,37 @@ class MiniCache {
     n.held = true;
     index_->Set(fp, column_, id);
     ++held_;
-    if (parent != kNoBlock) {
-      n.parent = parent;
-      n.next_sibling = nodes_[parent].first_child;
-      if (n.next_sibling != kNoBlock) nodes_[n.next_sibling].prev_sibling = id;
-      nodes_[parent].first_child = id;
-      ++nodes_[parent].children;
-      policy_->Update(parent, MetaOf(parent));
-    }
+    if (parent != kNoBlock) Link(id, parent);
     policy_->Insert(id, MetaOf(id));
     return id;
+  }
+
+  // Makes `id` (a root) a child of `parent`.
+  void Link(BlockId id, BlockId parent) {
+    Node& n = nodes_[id];
+    n.parent = parent;
+    n.prev_sibling = kNoBlock;
+    n.next_sibling = nodes_[parent].first_child;
+    if (n.next_sibling != kNoBlock) nodes_[n.next_sibling].prev_sibling = id;
+    nodes_[parent].first_child = id;
+    ++nodes_[parent].children;
+    if (nodes_[parent].held) policy_->Update(parent, MetaOf(parent));
+  }
+
+  // Forgets one held, unpinned block; its children move up to its parent.
+  void Remove(BlockId id) {
+    const BlockId parent = nodes_[id].parent;
+    Unlink(id);
+    while (nodes_[id].first_child != kNoBlock) {
+      const BlockId c = nodes_[id].first_child;
+      Unlink(c);
+      if (parent != kNoBlock) Link(c, parent);
+    }
+    index_->Clear(nodes_[id].fp, column_);
+    policy_->Erase(id);
+    nodes_[id].held = false;
+    --held_;
+    free_.push_back(id);
   }
 
   // Drops `root` (a victim: unpinned) and its descendants, iteratively
@@ -290,7 +356,7 @@ class AdaptivePolicy final : public EvictionPolicy {
         options_(std::move(options)),
         priority_{std::move(priority), std::move(leaf_priority)},
         index_(minis.size()),
-        stride_(options_.min_stride) {
+        stride_(1) {
     for (auto& m : minis) minis_.emplace_back(std::move(m), &index_, minis_.size());
     follows_leaf_ = options_.candidates.front().starts_with("leaf-");
   }
@@ -356,8 +422,7 @@ class AdaptivePolicy final : public EvictionPolicy {
       // The candidate followed so far takes the blocks now: until a victim
       // is wanted no policy needs to order them, and the slots know the
       // order (Build).
-      StartScoring();
-      Build(followed_index_);
+      Build(StartScoring());
     }
     EvictionPolicy& retained = *priority_[follows_leaf_ ? 1 : 0];
     // (An empty priority pool, the usual case, costs no clock read.)
@@ -381,6 +446,7 @@ class AdaptivePolicy final : public EvictionPolicy {
       if (Sampled(fp)) sampled_.push_back(fp);
     }
     if (sampled_.empty()) return;
+    last_chain_.assign(sampled_.begin(), sampled_.end());
     rows_.clear();
     for (uint64_t fp : sampled_) rows_.push_back(index_.Find(fp));
     const size_t capacity = MiniCapacity();
@@ -515,25 +581,65 @@ class AdaptivePolicy final : public EvictionPolicy {
 
   // The tier needs room for the first time: from now on its policy decides
   // what it keeps, and the candidates' scores restart ("Deciding", above).
-  void StartScoring() {
+  // Returns the candidate to start with: the one whose miniature cache, cut
+  // to the tier's size, keeps most of the last request's chain when that
+  // chain comes again with one block more (the next request of a coding
+  // agent's session; where other traffic fills the tier, every candidate
+  // keeps it whole and the first one starts).
+  size_t StartScoring() {
     evicting_ = true;
     for (MiniCache& m : minis_) m.hits = m.lead = 0;
     refs_ = 0;
     since_decision_ = 0;
+    // The last request's chain as sampled now (the rate may have dropped
+    // since), then once more with one block added, as the next request of
+    // its session would be.
+    probe_.clear();
+    for (uint64_t fp : last_chain_) {
+      if (Sampled(fp)) probe_.push_back(fp);
+    }
+    const size_t chain = probe_.size();
+    uint64_t added = kProbeFingerprint;
+    while (index_.Find(added) != internal::SampleIndex::kNoRow) ++added;
+    probe_.push_back(added);
+    rows_.clear();
+    for (uint64_t fp : probe_) rows_.push_back(index_.Find(fp));
+    const size_t capacity = SampledCapacity();
+    kept_.clear();
+    for (MiniCache& m : minis_) {
+      m.Trim(capacity);
+      m.Request(probe_, rows_, capacity);
+      m.Forget(added);
+      kept_.push_back(m.Retained(std::span(probe_).first(chain)));
+    }
+    size_t best = followed_index_;
+    for (size_t i = 0; i < minis_.size(); ++i) {
+      if (kept_[i] > kept_[best]) best = i;
+    }
+    return best;
   }
 
-  // The stride that puts about sample_blocks in a miniature cache; a change
-  // restarts the samples.
+  // The stride that puts about sample_blocks in a miniature cache, at least
+  // min_stride, and at most one that leaves min_sample_blocks there. A
+  // larger stride thins the miniature caches (each keeps its sampled keys
+  // the new rate still samples, in its order).
   void Restride() {
     next_restride_ = high_water_ * 2;
-    const uint64_t want = std::max(
-        options_.min_stride, std::bit_floor(std::max<uint64_t>(
-                                 1, high_water_ / std::max<uint64_t>(1, options_.sample_blocks))));
+    const auto floor_div = [&](uint64_t n) {
+      return std::bit_floor(std::max<uint64_t>(1, high_water_ / std::max<uint64_t>(1, n)));
+    };
+    const uint64_t want =
+        std::max(std::min(options_.min_stride, floor_div(options_.min_sample_blocks)),
+                 floor_div(options_.sample_blocks));
     if (want <= stride_) return;
+    const double kept = static_cast<double>(stride_) / static_cast<double>(want);
     stride_ = want;
-    for (MiniCache& m : minis_) m.Clear();
-    index_.Reset();
-    refs_ = 0;
+    for (MiniCache& m : minis_) {
+      m.Thin([this](uint64_t fp) { return Sampled(fp); });
+      m.hits *= kept;
+      m.lead *= kept;
+    }
+    refs_ *= kept;
     sampled_in_tier_ = 0;
     for (const Slot& b : blocks_)
       sampled_in_tier_ += b.where != Where::kNone && Sampled(b.fingerprint);
@@ -650,10 +756,13 @@ class AdaptivePolicy final : public EvictionPolicy {
   size_t size_ = 0;
   uint64_t switches_ = 0;
 
-  internal::SampleIndex index_;    // the sampled keys every miniature cache holds
-  std::vector<MiniCache> minis_;   // each its column of index_
-  std::vector<uint64_t> sampled_;  // Referenced's scratch
-  std::vector<uint32_t> rows_;     // ... and the sampled keys' rows in index_
+  internal::SampleIndex index_;       // the sampled keys every miniature cache holds
+  std::vector<MiniCache> minis_;      // each its column of index_
+  std::vector<uint64_t> sampled_;     // Referenced's scratch
+  std::vector<uint32_t> rows_;        // ... and the sampled keys' rows in index_
+  std::vector<uint64_t> last_chain_;  // the last request's sampled keys
+  std::vector<size_t> kept_;          // StartScoring's scratch
+  std::vector<uint64_t> probe_;       // ... and its probing request
   uint64_t stride_;
   uint64_t high_water_ = 0;
   size_t sampled_in_tier_ = 0;  // the tier's blocks whose fingerprint is sampled

@@ -2,6 +2,7 @@
 // tests/replay/adaptive_test.cc its choices on whole traces).
 #include <gtest/gtest.h>
 
+#include "common/hash.h"
 #include "eviction/eviction_policy.h"
 
 namespace kvtier::eviction {
@@ -48,12 +49,33 @@ TEST(AdaptivePolicyTest, ReportsItsCandidatesAndFollowsTheFirstAtFirst) {
   EXPECT_TRUE(r->candidates[0].followed);
   EXPECT_FALSE(r->candidates[1].followed);
   EXPECT_EQ(r->switches, 0u);
-  EXPECT_GE(r->sample_stride, 8u);
   EXPECT_TRUE((*p)->wants_references());
   // Fixed policies report nothing and want no references.
   auto lru = NewPolicy("lru", clock);
   EXPECT_FALSE((*lru)->adaptive_report().has_value());
   EXPECT_FALSE((*lru)->wants_references());
+}
+
+// The sampling rate: every key while a miniature cache would hold fewer
+// than min_sample_blocks at one in min_stride, then one in min_stride, then
+// lower as the tier outgrows sample_blocks * min_stride.
+TEST(AdaptivePolicyTest, SamplesEveryKeyOfATinyTierAndFewerAsItGrows) {
+  ManualClock clock;
+  auto p = NewAdaptivePolicy(clock);  // 8 blocks at least, 2048 wanted, 1 in 16
+  ASSERT_TRUE(p.ok());
+  const auto stride_at = [&](BlockId blocks) {
+    for (BlockId id = static_cast<BlockId>((*p)->size()); id < blocks; ++id) {
+      BlockMeta m;
+      m.fingerprint = Mix64(id + 1);
+      (*p)->Insert(id, m);
+    }
+    return (*p)->adaptive_report()->sample_stride;
+  };
+  EXPECT_EQ(stride_at(1), 1u);
+  EXPECT_EQ(stride_at(12), 1u);
+  EXPECT_EQ(stride_at(40), 4u);      // 32 / 8
+  EXPECT_EQ(stride_at(1000), 16u);   // 512 / 8 = 64, at most 16
+  EXPECT_EQ(stride_at(70000), 32u);  // 65536 / 2048
 }
 
 TEST(AdaptivePolicyTest, BadOptionsAreRefused) {
