@@ -128,7 +128,8 @@ class MiniCache {
   // One request for `chain` (sampled keys, first first), as the engine
   // serves it; rows[i] is chain[i]'s row in the index, looked up before any
   // candidate served the request (still right for this one's column until it
-  // changes the index itself). Returns the leading hits.
+  // changes the index itself), up to the first key no candidate holds (none
+  // reads past it). Returns the leading hits.
   size_t Request(std::span<const uint64_t> chain, std::span<const uint32_t> rows, size_t capacity) {
     run_.clear();
     for (uint32_t row : rows) {
@@ -447,8 +448,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
     if (sampled_.empty()) return;
     last_chain_.assign(sampled_.begin(), sampled_.end());
-    rows_.clear();
-    for (uint64_t fp : sampled_) rows_.push_back(index_.Find(fp));
+    LookUpRows(sampled_);
     const size_t capacity = MiniCapacity();
     for (MiniCache& m : minis_) {
       m.last = static_cast<double>(m.Request(sampled_, rows_, capacity));
@@ -559,6 +559,17 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
   }
 
+  // rows_: the rows of `chain`'s keys in the index, up to the first that no
+  // miniature cache holds (on agent traffic in a small tier, most of a long
+  // chain: looking up every key cost more than the caches' own work).
+  void LookUpRows(std::span<const uint64_t> chain) {
+    rows_.clear();
+    for (uint64_t fp : chain) {
+      rows_.push_back(index_.Find(fp));
+      if (rows_.back() == internal::SampleIndex::kNoRow) return;
+    }
+  }
+
   bool Sampled(uint64_t fp) const { return (Mix64(fp) & (stride_ - 1)) == 0; }
 
   // The sampled keys a full tier holds: those it holds now, plus a stride's
@@ -602,8 +613,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     uint64_t added = kProbeFingerprint;
     while (index_.Find(added) != internal::SampleIndex::kNoRow) ++added;
     probe_.push_back(added);
-    rows_.clear();
-    for (uint64_t fp : probe_) rows_.push_back(index_.Find(fp));
+    LookUpRows(probe_);
     const size_t capacity = SampledCapacity();
     kept_.clear();
     for (MiniCache& m : minis_) {

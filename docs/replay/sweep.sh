@@ -8,9 +8,10 @@
 #   OPT at a few capacities (the kv-cache-tester files interleaved by time);
 # - adaptive-goal.txt: the adaptive policy against the best fixed policy and
 #   against LRU at 1 %, 2 %, 5 %, 10 %, 20 %, 35 %, 50 %, 75 % and 100 % of
-#   each trace's distinct blocks, for the Mooncake trace and the
+#   each trace's distinct blocks, for the Mooncake trace, the
 #   kv-cache-tester files interleaved and one after another (--combine
-#   concat); then adaptive's cost per block reference against LRU's at the
+#   concat), and each kv-cache-tester file (one coding-agent session) alone;
+#   then adaptive's cost per block reference against LRU's at the
 #   same capacities: the median over 8 runs of LRU's refs/s over adaptive's,
 #   and of leaf-first LRU's (adaptive's usual choice on agent traffic, dearer
 #   than LRU by itself), run back to back in one process, rotating which goes
@@ -38,6 +39,18 @@ for t in "${kvct[@]}"; do kvct_args+=(--trace "$t"); done
 fixed=lru,leaf-lru,lfu,s3fifo,leaf-s3fifo,leaf-lfu
 caps_of() {  # distinct blocks -> the 9 capacities
   python3 -c "import sys; n=int(sys.argv[1]); print(','.join(str(max(1, round(n * f))) for f in (0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)))" "$1"
+}
+distinct_of() {  # a kv-cache-tester file -> its distinct blocks
+  python3 - "$1" <<'PY'
+import json, sys
+ids = set()
+def walk(reqs):
+    for r in reqs:
+        ids.update(r.get("hash_ids", ()))
+        walk(r.get("requests", ()))
+walk(json.load(open(sys.argv[1]))["requests"])
+print(len(ids))
+PY
 }
 goal() {  # name, distinct blocks, replay args...
   local name=$1 distinct=$2 tmp
@@ -105,6 +118,7 @@ for _ in $(seq 16); do mooncake16+=(--trace tests/data/mooncake_synthetic_trace.
   goal mooncake 43924 --trace tests/data/mooncake_synthetic_trace.jsonl
   goal kvct-interleave 25456 "${kvct_args[@]}" --combine interleave
   goal kvct-concat 25456 "${kvct_args[@]}" --combine concat
+  for t in "${kvct[@]}"; do goal "$(basename "$t" .json)" "$(distinct_of "$t")" --trace "$t"; done
   echo "# cost: lru's (leaf-lru's) refs/s over adaptive's at each capacity, median of 8 runs of the three back to back"
   cost mooncake 43924 "${mooncake16[@]}" --combine concat
   cost kvct-interleave 25456 "${kvct_args[@]}" --combine interleave
