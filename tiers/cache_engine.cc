@@ -354,7 +354,9 @@ std::vector<EntryId> CacheEngine::PinLeadingRun(NamespaceId ns, std::span<const 
     if (id == kNoEntry || !index_.visible(id)) break;
     run.push_back(id);
   }
-  for (EntryId id : run) Pin(id);
+  // The policies hear of the pins with the touches below (a Touch carries
+  // the pinned state as an Update would): one call per block, not two.
+  for (EntryId id : run) Pin(id, /*tell_policy=*/false);
   HintsUsed(run);
   // Touch the last block first so a chain's head is the most recent: the
   // tail of a prefix goes before the blocks it depends on.
@@ -490,11 +492,11 @@ std::optional<TierKind> CacheEngine::LowerTier(TierKind kind) const {
   return std::nullopt;
 }
 
-void CacheEngine::Pin(EntryId id) {
+void CacheEngine::Pin(EntryId id, bool tell_policy) {
   Block& b = blocks_[id];
   if (b.pins++ == 0) {
     ++pinned_in_tier_[Index(b.tier)];
-    PolicyOf(b.tier).Update(id, MetaOf(id));
+    if (tell_policy) PolicyOf(b.tier).Update(id, MetaOf(id));
   }
 }
 

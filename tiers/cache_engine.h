@@ -425,7 +425,10 @@ class CacheEngine {
   BlockLocation LocationOf(EntryId id) const;
   std::optional<TierKind> LowerTier(TierKind kind) const;
 
-  void Pin(EntryId id);
+  // tell_policy false: the caller tells the block's policy itself, at once
+  // (a Touch carrying the pinned state), before anything may ask it for a
+  // victim.
+  void Pin(EntryId id, bool tell_policy = true);
   // Drops the block if it became an unpinned orphan or doomed block.
   void Unpin(EntryId id);
   // Reserves a slot in `kind`, evicting victims until one is free; when
