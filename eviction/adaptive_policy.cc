@@ -459,6 +459,8 @@ class AdaptivePolicy final : public EvictionPolicy {
     Decay(sampled_.size());
   }
 
+  void SetVictimsDemoted(bool demoted) override { victims_demoted_ = demoted; }
+
   std::optional<AdaptiveReport> adaptive_report() const override {
     AdaptiveReport r;
     for (size_t i = 0; i < minis_.size(); ++i) {
@@ -602,6 +604,14 @@ class AdaptivePolicy final : public EvictionPolicy {
     for (MiniCache& m : minis_) m.hits = m.lead = 0;
     refs_ = 0;
     since_decision_ = 0;
+    // Where victims go down to the next tier, dropping the block before the
+    // one a write goes under loses nothing: no probe (leaf-first would
+    // rather skip the rest of a chain longer than the tier than push its
+    // head down).
+    if (victims_demoted_) {
+      for (MiniCache& m : minis_) m.Trim(SampledCapacity());
+      return followed_index_;
+    }
     // The last request's chain as sampled now (the rate may have dropped
     // since), then once more with one block added, as the next request of
     // its session would be.
@@ -779,10 +789,11 @@ class AdaptivePolicy final : public EvictionPolicy {
   uint64_t next_restride_ = 0;
   uint64_t sampled_refs_ = 0;
   uint64_t since_decision_ = 0;
-  size_t leader_ = 0;      // the candidate that led at the last decisions
-  uint32_t streak_ = 0;    // decisions in a row it led the followed one by margin
-  double refs_ = 0;        // decayed count of sampled references
-  bool evicting_ = false;  // the tier has named a victim
+  size_t leader_ = 0;             // the candidate that led at the last decisions
+  uint32_t streak_ = 0;           // decisions in a row it led the followed one by margin
+  double refs_ = 0;               // decayed count of sampled references
+  bool evicting_ = false;         // the tier has named a victim
+  bool victims_demoted_ = false;  // SetVictimsDemoted
 };
 
 }  // namespace

@@ -105,6 +105,11 @@ class EvictionPolicy {
   // other effects.
   virtual void Referenced(std::span<const uint64_t> chain) { (void)chain; }
 
+  // Whether the tier's victims go to a tier below (true) or are dropped
+  // with their descendants (false, the default: the last tier). A policy
+  // that simulates others may judge them differently.
+  virtual void SetVictimsDemoted(bool demoted) { (void)demoted; }
+
   // What an adaptive policy follows and why; nullopt for the others.
   virtual std::optional<AdaptiveReport> adaptive_report() const { return std::nullopt; }
 };

@@ -58,6 +58,8 @@ struct SimResult {
   uint64_t promotions = 0;
   uint64_t blocks_moved = 0;
   uint64_t bytes_moved = 0;  // blocks_moved x SimConfig::block_bytes
+  // CPU seconds of the simulating thread (time the machine gave to other
+  // work left out, so that runs compare on a shared machine).
   double seconds = 0;
   // SimConfig's lookahead, and what the hints did (tiers::EngineStats).
   uint64_t lookahead_requests = 0;

@@ -114,6 +114,7 @@ Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& op
     if (engine->tier(kind) == nullptr) continue;
     auto policy = eviction::NewPolicy(*name, *options.clock);
     if (!policy) return policy.status().WithContext(std::string(TierKindName(kind)) + " tier");
+    (*policy)->SetVictimsDemoted(engine->LowerTier(kind).has_value());
     engine->policies_[Index(kind)] = std::move(policy).value();
     engine->references_wanted_ |= engine->policies_[Index(kind)]->wants_references();
   }

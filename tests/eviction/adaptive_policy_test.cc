@@ -2,6 +2,9 @@
 // tests/replay/adaptive_test.cc its choices on whole traces).
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "common/hash.h"
 #include "eviction/eviction_policy.h"
 
@@ -76,6 +79,45 @@ TEST(AdaptivePolicyTest, SamplesEveryKeyOfATinyTierAndFewerAsItGrows) {
   EXPECT_EQ(stride_at(40), 4u);      // 32 / 8
   EXPECT_EQ(stride_at(1000), 16u);   // 512 / 8 = 64, at most 16
   EXPECT_EQ(stride_at(70000), 32u);  // 65536 / 2048
+}
+
+// A session's chain twice the tier, written as the engine writes it (every
+// new block pinned, each a child of the one before) until the tier first
+// wants a victim. The probe then serves the chain again with one block
+// more: plain LRU drops the block before the one it writes under, leaf-first
+// LRU keeps the chain whole. Where victims go to a tier below, nothing is
+// lost by that, and the first candidate starts.
+std::string StartsWith(bool victims_demoted) {
+  ManualClock clock;
+  auto p = NewAdaptivePolicy(clock);
+  EXPECT_TRUE(p.ok());
+  (*p)->SetVictimsDemoted(victims_demoted);
+  constexpr BlockId kTier = 400;
+  std::vector<uint64_t> chain;
+  for (BlockId i = 0; i < 2 * kTier; ++i) chain.push_back(Mix64(i + 1));
+  (*p)->Referenced(chain);
+  for (BlockId id = 0; id < kTier; ++id) {
+    BlockMeta m;
+    m.fingerprint = chain[id];
+    m.pinned = true;
+    (*p)->Insert(id, m);
+    if (id > 0) {
+      m.fingerprint = chain[id - 1];
+      m.children_in_tier = 1;
+      (*p)->Update(id - 1, m);
+    }
+  }
+  EXPECT_FALSE((*p)->Victim().has_value());  // every block pinned
+  const std::optional<AdaptiveReport> report = (*p)->adaptive_report();
+  for (const CandidateReport& c : report->candidates) {
+    if (c.followed) return c.name;
+  }
+  return "";
+}
+
+TEST(AdaptivePolicyTest, ALastTierStartsWithTheCandidateThatKeepsTheLastChain) {
+  EXPECT_EQ(StartsWith(/*victims_demoted=*/false), "leaf-lru");
+  EXPECT_EQ(StartsWith(/*victims_demoted=*/true), "lru");
 }
 
 TEST(AdaptivePolicyTest, BadOptionsAreRefused) {
