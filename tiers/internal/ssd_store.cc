@@ -19,20 +19,7 @@
 #include <utility>
 
 #include "common/units.h"
-
-#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
-// libxxhash's runtime dispatch (Debian builds it in): AVX2 where the CPU has
-// it, ~20 GB/s against ~10 GB/s for the SSE2 code a baseline x86-64 build
-// inlines. The checksum is serial with the I/O of one request (2 MiB: ~0.1
-// ms of a ~2 ms read at 1 GB/s, instead of ~0.2 ms). Same hash values.
-#define XXH_DISPATCH_DISABLE_REPLACE
-#include <xxh_x86dispatch.h>
-#define KVTIER_XXH3_64 XXH3_64bits_dispatch
-#else
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-#define KVTIER_XXH3_64 XXH3_64bits
-#endif
+#include "tiers/internal/checksum.h"
 
 namespace kvtier::tiers::internal {
 namespace {
@@ -574,7 +561,7 @@ Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::
     KVTIER_RETURN_IF_ERROR(CheckSlot(record.slot, bytes.size()));
     SsdRecord stored = record;
     stored.block_bytes = bytes.size();
-    stored.checksum = KVTIER_XXH3_64(bytes.data(), bytes.size());
+    stored.checksum = BlockChecksum(bytes);
     KVTIER_RETURN_IF_ERROR(
         WritePayload(record.slot.offset(), bytes).WithContext("block " + record.key.ToHex()));
     // Only now the record: after a crash it never points at missing bytes.
@@ -593,7 +580,7 @@ Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
     KVTIER_RETURN_IF_ERROR(CheckSlot(slot, out.size()));
     KVTIER_RETURN_IF_ERROR(
         ReadPayload(slot.offset(), out).WithContext("block " + record.key.ToHex()));
-    const uint64_t sum = KVTIER_XXH3_64(out.data(), out.size());
+    const uint64_t sum = BlockChecksum(out);
     if (sum != record.checksum) {
       char detail[64];
       std::snprintf(detail, sizeof(detail), " (stored %016llx, read %016llx)",

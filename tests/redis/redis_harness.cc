@@ -1,0 +1,270 @@
+#include "redis_harness.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace kvtier::testing {
+namespace {
+
+bool PortFree(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A port whose cluster bus (port + 10000) is free too.
+uint16_t PickPort(const std::vector<uint16_t>& taken) {
+  static std::mt19937 rng(static_cast<unsigned>(::getpid()) * 7919u +
+                          static_cast<unsigned>(std::random_device{}()));
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int p = 20000 + static_cast<int>(rng() % 25000);
+    bool used = false;
+    for (uint16_t t : taken) used = used || t == p;
+    if (!used && PortFree(p) && PortFree(p + 10000)) return static_cast<uint16_t>(p);
+  }
+  return 0;
+}
+
+pid_t SpawnLogged(const std::vector<std::string>& args, const std::string& log_path) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (log >= 0) {
+    ::dup2(log, STDERR_FILENO);
+    ::dup2(log, STDOUT_FILENO);
+  }
+  std::vector<char*> argv;
+  std::vector<std::string> copy = args;
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  std::perror("execvp");
+  ::_exit(127);
+}
+
+}  // namespace
+
+std::string RunCapture(const std::vector<std::string>& args, int* status) {
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return "";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(pipefd[1], STDOUT_FILENO);
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) ::dup2(null, STDERR_FILENO);
+    std::vector<char*> argv;
+    std::vector<std::string> copy = args;
+    for (std::string& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(pipefd[1]);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(pipefd[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(pipefd[0]);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  if (status != nullptr) *status = st;
+  return out;
+}
+
+std::unique_ptr<RedisHarness> RedisHarness::Start(const RedisClusterSpec& spec) {
+  auto h = std::unique_ptr<RedisHarness>(new RedisHarness());
+  char tmpl[] = "/tmp/kvtier-redis-XXXXXX";
+  h->dir_ = ::mkdtemp(tmpl);
+  const size_t n =
+      spec.cluster ? static_cast<size_t>(spec.masters * (1 + spec.replicas_per_master)) : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t p = PickPort(h->ports_);
+    if (p == 0) {
+      std::cerr << "redis harness: no free port\n";
+      return nullptr;
+    }
+    h->ports_.push_back(p);
+    h->pids_.push_back(-1);
+    if (!h->StartNode(i, spec)) return nullptr;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    bool up = false;
+    for (int t = 0; t < 200 && !up; ++t) {
+      up = h->Cli(static_cast<int>(i), {"PING"}).find("PONG") != std::string::npos;
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    if (!up) {
+      std::cerr << "redis harness: node " << h->address(static_cast<int>(i))
+                << " did not answer PING\n";
+      return nullptr;
+    }
+  }
+  if (!spec.cluster) return h;
+  std::vector<std::string> create = {"redis-cli", "--cluster", "create"};
+  for (size_t i = 0; i < n; ++i) create.push_back(h->address(static_cast<int>(i)));
+  create.push_back("--cluster-replicas");
+  create.push_back(std::to_string(spec.replicas_per_master));
+  create.push_back("--cluster-yes");
+  int status = 0;
+  const std::string out = RunCapture(create, &status);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::cerr << "redis harness: redis-cli --cluster create failed:\n" << out << "\n";
+    return nullptr;
+  }
+  if (!h->WaitHealthy()) {
+    std::cerr << "redis harness: the cluster did not become healthy\n";
+    return nullptr;
+  }
+  return h;
+}
+
+bool RedisHarness::StartNode(size_t i, const RedisClusterSpec& spec) {
+  const std::string port = std::to_string(ports_[i]);
+  std::vector<std::string> args = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
+                                   dir_, "--save", "", "--appendonly", "no", "--protected-mode",
+                                   "no", "--daemonize", "no", "--logfile", "",
+                                   // A replica syncs at once (the default waits 5 s for
+                                   // more replicas), so a failover test starts synced.
+                                   "--repl-diskless-sync-delay", "0"};
+  if (spec.cluster) {
+    args.insert(args.end(),
+                {"--cluster-enabled", "yes", "--cluster-config-file", "nodes-" + port + ".conf",
+                 "--cluster-node-timeout", std::to_string(spec.node_timeout_ms)});
+  }
+  if (!spec.maxmemory.empty()) {
+    args.insert(args.end(),
+                {"--maxmemory", spec.maxmemory, "--maxmemory-policy", spec.maxmemory_policy});
+  }
+  pids_[i] = SpawnLogged(args, dir_ + "/node-" + port + ".log");
+  return pids_[i] > 0;
+}
+
+RedisHarness::~RedisHarness() {
+  KillAll();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::string RedisHarness::address(int node) const {
+  return "127.0.0.1:" + std::to_string(port(node));
+}
+
+std::vector<std::string> RedisHarness::seeds() const {
+  std::vector<std::string> out;
+  for (int i = 0; i < nodes(); ++i) out.push_back(address(i));
+  return out;
+}
+
+std::string RedisHarness::seed_list() const {
+  std::string out;
+  for (const std::string& s : seeds()) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+std::string RedisHarness::Cli(int node, const std::vector<std::string>& args) const {
+  std::vector<std::string> argv = {"redis-cli", "-p", std::to_string(port(node))};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCapture(argv);
+}
+
+std::string RedisHarness::ClusterCli(const std::vector<std::string>& args) const {
+  for (int i = 0; i < nodes(); ++i) {
+    if (!alive(i)) continue;
+    std::vector<std::string> argv = {"redis-cli", "-c", "-p", std::to_string(port(i))};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCapture(argv);
+  }
+  return "";
+}
+
+void RedisHarness::Kill(int node) {
+  pid_t& pid = pids_[static_cast<size_t>(node)];
+  if (pid <= 0) return;
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  pid = -1;
+}
+
+void RedisHarness::KillAll() {
+  for (int i = 0; i < nodes(); ++i) Kill(i);
+}
+
+int RedisHarness::MasterOf(uint16_t slot) const {
+  for (int i = 0; i < nodes(); ++i) {
+    if (!alive(i)) continue;
+    const std::string out = Cli(i, {"CLUSTER", "SLOTS"});
+    // redis-cli prints each range as lines: first, last, host, port, id, ...
+    std::istringstream in(out);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    for (size_t k = 0; k + 3 < lines.size(); ++k) {
+      char* end = nullptr;
+      const long first = std::strtol(lines[k].c_str(), &end, 10);
+      if (end == lines[k].c_str() || *end != '\0') continue;
+      const long last = std::strtol(lines[k + 1].c_str(), &end, 10);
+      if (*end != '\0' || first > slot || last < slot) continue;
+      const std::string port_text = lines[k + 3];
+      for (int j = 0; j < nodes(); ++j) {
+        if (std::to_string(port(j)) == port_text) return j;
+      }
+    }
+    return -1;
+  }
+  return -1;
+}
+
+bool RedisHarness::WaitHealthy(int seconds) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool ok = true;
+    for (int i = 0; i < nodes() && ok; ++i) {
+      if (!alive(i)) continue;
+      ok = Cli(i, {"CLUSTER", "INFO"}).find("cluster_state:ok") != std::string::npos;
+      // A replica counts once it has its master's data.
+      const std::string repl = Cli(i, {"INFO", "replication"});
+      if (ok && repl.find("role:slave") != std::string::npos) {
+        ok = repl.find("master_link_status:up") != std::string::npos;
+      }
+    }
+    if (ok) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+std::string RedisHarness::NodeId(int node) const {
+  std::string id = Cli(node, {"CLUSTER", "MYID"});
+  while (!id.empty() && (id.back() == '\n' || id.back() == '\r')) id.pop_back();
+  return id;
+}
+
+bool RedisHarness::Reshard(int from, int to, int count) const {
+  int status = 0;
+  RunCapture({"redis-cli", "--cluster", "reshard", address(from), "--cluster-from", NodeId(from),
+              "--cluster-to", NodeId(to), "--cluster-slots", std::to_string(count), "--cluster-yes",
+              "--cluster-pipeline", "10"},
+             &status);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+}  // namespace kvtier::testing

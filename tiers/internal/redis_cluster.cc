@@ -1,0 +1,444 @@
+#include "tiers/internal/redis_cluster.h"
+
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <utility>
+
+namespace kvtier::tiers::internal {
+
+// ---- RedisReply ------------------------------------------------------------
+
+RedisReply::RedisReply(redisReply* raw) : raw_(raw) {}
+
+void RedisReply::Free::operator()(redisReply* r) const { freeReplyObject(r); }
+
+RedisReply::Type RedisReply::type() const {
+  if (!raw_) return Type::kNil;
+  switch (raw_->type) {
+    case REDIS_REPLY_STRING:
+      return Type::kString;
+    case REDIS_REPLY_INTEGER:
+      return Type::kInteger;
+    case REDIS_REPLY_STATUS:
+      return Type::kStatus;
+    case REDIS_REPLY_ERROR:
+      return Type::kError;
+    case REDIS_REPLY_ARRAY:
+      return Type::kArray;
+    default:
+      return Type::kNil;
+  }
+}
+
+std::string_view RedisReply::str() const {
+  const Type t = type();
+  if (t != Type::kString && t != Type::kStatus && t != Type::kError) return {};
+  return {raw_->str, raw_->len};
+}
+
+int64_t RedisReply::integer() const {
+  return type() == Type::kInteger ? static_cast<int64_t>(raw_->integer) : 0;
+}
+
+size_t RedisReply::elements() const { return type() == Type::kArray ? raw_->elements : 0; }
+
+const redisReply* RedisReply::element(size_t i) const { return raw_->element[i]; }
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+timeval ToTimeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+std::string ContextError(const redisContext* c, const Endpoint& node) {
+  std::string why = c == nullptr ? "out of memory" : std::string(c->errstr);
+  if (why.empty()) why = "connection lost";
+  return "redis " + node.ToString() + ": " + why;
+}
+
+void AppendCommand(redisContext* c, const RedisCommand& cmd) {
+  std::vector<const char*> argv(cmd.args.size());
+  std::vector<size_t> lens(cmd.args.size());
+  for (size_t i = 0; i < cmd.args.size(); ++i) {
+    argv[i] = cmd.args[i].data();
+    lens[i] = cmd.args[i].size();
+  }
+  redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+}
+
+// One node's connections. A node that refused a connection is left alone
+// for a moment, so that a dead master costs its callers one connect timeout,
+// not one each.
+class NodePool {
+ public:
+  NodePool(Endpoint node, const RedisOptions& options) : node_(std::move(node)), opt_(options) {}
+  ~NodePool() {
+    for (redisContext* c : idle_) redisFree(c);
+  }
+
+  const Endpoint& node() const { return node_; }
+
+  Result<redisContext*> Take() {
+    std::unique_lock lock(mu_);
+    const auto deadline = SteadyClock::now() + opt_.command_timeout;
+    while (idle_.empty() && live_ >= opt_.connections_per_node) {
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty()) {
+        return UnavailableError("redis " + node_.ToString() + ": every connection busy");
+      }
+    }
+    if (!idle_.empty()) {
+      redisContext* c = idle_.back();
+      idle_.pop_back();
+      return c;
+    }
+    if (SteadyClock::now() < down_until_) {
+      return UnavailableError("redis " + node_.ToString() + ": " + down_reason_);
+    }
+    ++live_;
+    lock.unlock();
+    Result<redisContext*> c = Open();
+    lock.lock();
+    if (!c) {
+      --live_;
+      down_until_ = SteadyClock::now() + std::chrono::milliseconds(500);
+      down_reason_ = c.status().message();
+      cv_.notify_one();
+    }
+    return c;
+  }
+
+  // Returns a connection; a broken one (an I/O error or timeout left it
+  // mid-reply) is closed.
+  void Give(redisContext* c, bool healthy) {
+    std::lock_guard lock(mu_);
+    if (healthy && c->err == 0) {
+      idle_.push_back(c);
+    } else {
+      redisFree(c);
+      --live_;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  Result<redisContext*> Open() {
+    redisContext* c =
+        redisConnectWithTimeout(node_.host.c_str(), node_.port, ToTimeval(opt_.connect_timeout));
+    if (c == nullptr || c->err != 0) {
+      Status s = UnavailableError(ContextError(c, node_));
+      if (c != nullptr) redisFree(c);
+      return s;
+    }
+    redisSetTimeout(c, ToTimeval(opt_.command_timeout));
+    redisEnableKeepAlive(c);
+    if (!opt_.password.empty()) {
+      const char* argv[] = {"AUTH", opt_.password.c_str()};
+      const size_t lens[] = {4, opt_.password.size()};
+      RedisReply r(static_cast<redisReply*>(redisCommandArgv(c, 2, argv, lens)));
+      if (r.raw() == nullptr || r.type() == RedisReply::Type::kError) {
+        Status s = UnavailableError("redis " + node_.ToString() + ": AUTH failed: " +
+                                    (r.raw() ? std::string(r.str()) : ContextError(c, node_)));
+        redisFree(c);
+        return s;
+      }
+    }
+    return c;
+  }
+
+  const Endpoint node_;
+  const RedisOptions& opt_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<redisContext*> idle_;
+  int live_ = 0;
+  SteadyClock::time_point down_until_{};
+  std::string down_reason_;
+};
+
+// CLUSTER SLOTS' answer: [[first, last, [host, port, id...], [replica]...]...].
+Result<std::vector<SlotRange>> ParseSlots(const RedisReply& reply, const Endpoint& asked) {
+  if (reply.type() != RedisReply::Type::kArray) {
+    return InvalidArgumentError("CLUSTER SLOTS: not an array");
+  }
+  auto endpoint = [&](const redisReply* e) -> Result<Endpoint> {
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+        e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_INTEGER ||
+        e->element[1]->integer <= 0 || e->element[1]->integer > 65535) {
+      return InvalidArgumentError("CLUSTER SLOTS: a malformed node");
+    }
+    Endpoint ep;
+    ep.host.assign(e->element[0]->str, e->element[0]->len);
+    // An empty or "?" host: the node we asked knows no better name for it.
+    if (ep.host.empty() || ep.host == "?") ep.host = asked.host;
+    ep.port = static_cast<uint16_t>(e->element[1]->integer);
+    return ep;
+  };
+  std::vector<SlotRange> ranges;
+  for (size_t i = 0; i < reply.elements(); ++i) {
+    const redisReply* r = reply.element(i);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
+        r->element[0]->integer < 0 || r->element[1]->integer >= kClusterSlots ||
+        r->element[0]->integer > r->element[1]->integer) {
+      return InvalidArgumentError("CLUSTER SLOTS: a malformed range");
+    }
+    SlotRange range;
+    range.first = static_cast<uint16_t>(r->element[0]->integer);
+    range.last = static_cast<uint16_t>(r->element[1]->integer);
+    KVTIER_ASSIGN_OR_RETURN(range.master, endpoint(r->element[2]));
+    for (size_t k = 3; k < r->elements; ++k) {
+      KVTIER_ASSIGN_OR_RETURN(Endpoint replica, endpoint(r->element[k]));
+      range.replicas.push_back(std::move(replica));
+    }
+    ranges.push_back(std::move(range));
+  }
+  return ranges;
+}
+
+}  // namespace
+
+class RedisCluster::Impl {
+ public:
+  explicit Impl(RedisOptions options) : opt_(std::move(options)) {}
+
+  Status Refresh() {
+    std::lock_guard refresh_lock(refresh_mu_);
+    std::vector<Endpoint> candidates;
+    {
+      std::shared_lock lock(map_mu_);
+      for (size_t i = 0; i < map_.nodes(); ++i)
+        candidates.push_back(map_.node(static_cast<uint32_t>(i)));
+    }
+    for (const Endpoint& s : opt_.seeds) {
+      if (std::find(candidates.begin(), candidates.end(), s) == candidates.end()) {
+        candidates.push_back(s);
+      }
+    }
+    Status last = UnavailableError("no redis node to ask");
+    for (const Endpoint& node : candidates) {
+      Result<std::vector<SlotRange>> ranges = ReadSlots(node);
+      if (!ranges) {
+        last = ranges.status();
+        continue;
+      }
+      std::unique_lock lock(map_mu_);
+      SlotMap fresh;
+      KVTIER_RETURN_IF_ERROR(fresh.Reset(*ranges));
+      if (fresh.covered() == 0) {
+        last = UnavailableError("redis " + node.ToString() + ": no slot is served");
+        continue;
+      }
+      map_ = fresh;
+      stale_.store(false);
+      return Status::Ok();
+    }
+    return last;
+  }
+
+  std::vector<Result<RedisReply>> Run(std::span<const RedisCommand> commands) {
+    std::vector<Result<RedisReply>> results;
+    results.reserve(commands.size());
+    for (size_t i = 0; i < commands.size(); ++i) {
+      results.emplace_back(UnavailableError("redis: not sent"));
+    }
+    if (stale_.load()) Refresh().IgnoreError();  // the old map may still serve
+    std::vector<Send> todo;
+    {
+      std::shared_lock lock(map_mu_);
+      for (size_t i = 0; i < commands.size(); ++i) {
+        const uint16_t slot = KeySlot(commands[i].args[commands[i].key_arg]);
+        const uint32_t node = map_.NodeOf(slot);
+        if (node == SlotMap::kNoNode) {
+          results[i] = UnavailableError("redis: slot " + std::to_string(slot) + " is not served");
+          stale_.store(true);
+          continue;
+        }
+        todo.push_back({i, map_.node(node), false, 0});
+      }
+    }
+    while (!todo.empty()) todo = Round(commands, todo, results);
+    return results;
+  }
+
+  bool cluster_mode() const {
+    std::shared_lock lock(map_mu_);
+    return cluster_;
+  }
+
+  std::vector<std::string> masters() const {
+    std::shared_lock lock(map_mu_);
+    std::vector<std::string> out;
+    std::vector<bool> serving(map_.nodes(), false);
+    for (uint32_t s = 0; s < kClusterSlots; ++s) {
+      const uint32_t n = map_.NodeOf(static_cast<uint16_t>(s));
+      if (n != SlotMap::kNoNode) serving[n] = true;
+    }
+    for (size_t i = 0; i < map_.nodes(); ++i) {
+      if (serving[i]) out.push_back(map_.node(static_cast<uint32_t>(i)).ToString());
+    }
+    return out;
+  }
+
+ private:
+  // A command on its way: where it goes, and whether ASKING precedes it.
+  struct Send {
+    size_t index = 0;
+    Endpoint to;
+    bool asking = false;
+    int redirects = 0;
+  };
+
+  NodePool& Pool(const Endpoint& node) {
+    std::lock_guard lock(pools_mu_);
+    auto& pool = pools_[node.ToString()];
+    if (!pool) pool = std::make_unique<NodePool>(node, opt_);
+    return *pool;
+  }
+
+  Result<std::vector<SlotRange>> ReadSlots(const Endpoint& node) {
+    NodePool& pool = Pool(node);
+    KVTIER_ASSIGN_OR_RETURN(redisContext * c, pool.Take());
+    const char* argv[] = {"CLUSTER", "SLOTS"};
+    const size_t lens[] = {7, 5};
+    RedisReply reply(static_cast<redisReply*>(redisCommandArgv(c, 2, argv, lens)));
+    if (reply.raw() == nullptr) {
+      Status s = UnavailableError(ContextError(c, node));
+      pool.Give(c, false);
+      return s;
+    }
+    pool.Give(c, true);
+    if (reply.type() == RedisReply::Type::kError) {
+      if (reply.str().find("cluster support disabled") != std::string_view::npos) {
+        std::unique_lock lock(map_mu_);
+        cluster_ = false;
+        return std::vector<SlotRange>{{0, kClusterSlots - 1, node, {}}};
+      }
+      return UnavailableError("redis " + node.ToString() + ": " + std::string(reply.str()));
+    }
+    {
+      std::unique_lock lock(map_mu_);
+      cluster_ = true;
+    }
+    return ParseSlots(reply, node);
+  }
+
+  // Sends one round: every command to its node, pipelined per node, all
+  // nodes written before any is read. Returns the redirected commands.
+  std::vector<Send> Round(std::span<const RedisCommand> commands, const std::vector<Send>& todo,
+                          std::vector<Result<RedisReply>>& results) {
+    std::map<std::string, std::vector<Send>> by_node;
+    for (const Send& s : todo) by_node[s.to.ToString()].push_back(s);
+    struct Batch {
+      NodePool* pool = nullptr;
+      redisContext* c = nullptr;
+      std::vector<Send> sends;
+    };
+    std::vector<Batch> batches;
+    for (auto& [name, sends] : by_node) {
+      NodePool& pool = Pool(sends.front().to);
+      Result<redisContext*> c = pool.Take();
+      if (!c) {
+        for (const Send& s : sends) results[s.index] = c.status();
+        stale_.store(true);
+        continue;
+      }
+      static constexpr std::string_view kAsking = "ASKING";
+      for (const Send& s : sends) {
+        if (s.asking) AppendCommand(*c, RedisCommand{{kAsking}, 0});
+        AppendCommand(*c, commands[s.index]);
+      }
+      int done = 0;
+      while (done == 0) {
+        if (redisBufferWrite(*c, &done) != REDIS_OK) break;
+      }
+      batches.push_back({&pool, *c, std::move(sends)});
+    }
+    std::vector<Send> next;
+    for (Batch& b : batches) {
+      bool healthy = b.c->err == 0;
+      for (const Send& s : b.sends) {
+        if (!healthy) {
+          results[s.index] = UnavailableError(ContextError(b.c, s.to));
+          continue;
+        }
+        void* raw = nullptr;
+        if (s.asking) {
+          if (redisGetReply(b.c, &raw) == REDIS_OK) freeReplyObject(raw);
+          raw = nullptr;
+        }
+        if (b.c->err != 0 || redisGetReply(b.c, &raw) != REDIS_OK) {
+          healthy = false;
+          stale_.store(true);
+          results[s.index] = UnavailableError(ContextError(b.c, s.to));
+          continue;
+        }
+        RedisReply reply(static_cast<redisReply*>(raw));
+        if (reply.type() == RedisReply::Type::kError) {
+          const std::string_view text = reply.str();
+          if (std::optional<Redirect> r = ParseRedirect(text, s.to)) {
+            if (s.redirects >= opt_.max_redirects) {
+              results[s.index] =
+                  UnavailableError("redis: more than " + std::to_string(opt_.max_redirects) +
+                                   " redirections for one command");
+              continue;
+            }
+            if (r->kind == Redirect::Kind::kMoved) {
+              std::unique_lock lock(map_mu_);
+              map_.Move(r->slot, r->to);
+            }
+            next.push_back({s.index, r->to, r->kind == Redirect::Kind::kAsk, s.redirects + 1});
+            continue;
+          }
+          if (text.starts_with("CLUSTERDOWN")) stale_.store(true);
+        }
+        results[s.index] = std::move(reply);
+      }
+      b.pool->Give(b.c, healthy);
+    }
+    return next;
+  }
+
+  const RedisOptions opt_;
+  mutable std::shared_mutex map_mu_;
+  SlotMap map_;          // guarded by map_mu_
+  bool cluster_ = true;  // guarded by map_mu_
+  std::atomic<bool> stale_{false};
+  std::mutex refresh_mu_;
+  std::mutex pools_mu_;
+  std::unordered_map<std::string, std::unique_ptr<NodePool>> pools_;  // guarded by pools_mu_
+};
+
+Result<std::unique_ptr<RedisCluster>> RedisCluster::Connect(const RedisOptions& options) {
+  if (options.seeds.empty()) return InvalidArgumentError("redis: no seed node given");
+  if (options.connections_per_node < 1) {
+    return InvalidArgumentError("redis: connections_per_node must be at least 1");
+  }
+  auto impl = std::make_unique<Impl>(options);
+  KVTIER_RETURN_IF_ERROR(impl->Refresh());
+  return std::unique_ptr<RedisCluster>(new RedisCluster(std::move(impl)));
+}
+
+RedisCluster::RedisCluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RedisCluster::~RedisCluster() = default;
+
+std::vector<Result<RedisReply>> RedisCluster::Run(std::span<const RedisCommand> commands) {
+  return impl_->Run(commands);
+}
+Status RedisCluster::Refresh() { return impl_->Refresh(); }
+bool RedisCluster::cluster_mode() const { return impl_->cluster_mode(); }
+std::vector<std::string> RedisCluster::masters() const { return impl_->masters(); }
+
+}  // namespace kvtier::tiers::internal

@@ -1,0 +1,163 @@
+// The remote tier's store: blocks as values on a Redis Cluster that several
+// kvtierd nodes share, each value a self-describing header and the payload,
+// so that a value read back is served only when it is exactly the block
+// asked for (format, namespace, key, layout, length and checksum all match;
+// anything else is a miss, counted, never wrong bytes).
+//
+// Keys: "<prefix>:<namespace id, 16 hex>:<block key, 32 hex>". The
+// namespace id is RemoteNamespaceId(model, salt, layout), the same on every
+// node (an engine's own NamespaceId is not); the prefix lets several
+// deployments share one cluster.
+//
+// The store never takes its caller down: a cluster that fails (a node gone,
+// timeouts, CLUSTERDOWN) pauses the store for `pause`, during which every
+// call answers at once (Unavailable: misses and dropped writes), and the
+// first call after the pause tries again. A cluster that is full
+// (maxmemory) refuses writes (ResourceExhausted) or evicts our values (a
+// miss), both normal.
+//
+// Thread-safety: every method may be called from any thread, concurrently.
+// Calls block on the network (bounded by the timeouts): the engine makes
+// them on its remote I/O threads, never on its own.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/layout.h"
+#include "common/result.h"
+#include "prefix_index/block_key.h"
+#include "tiers/internal/redis_cluster.h"
+
+namespace kvtier::tiers::internal {
+
+using prefix_index::BlockKey;
+
+// The id every node gives the namespace (model, salt, layout): XXH3-64 of
+// their canonical encoding.
+uint64_t RemoteNamespaceId(const std::string& model, const std::string& salt, const Layout& layout);
+
+struct RemoteNamespace {
+  uint64_t id = 0;
+  Layout layout;
+};
+
+// The value's header, before the payload: 72 bytes, little-endian.
+inline constexpr size_t kRemoteHeaderBytes = 72;
+inline constexpr uint16_t kRemoteFormatVersion = 1;
+
+// Encodes a value: header + payload. REQUIRES: payload.size() == the
+// layout's BlockBytes().
+std::vector<std::byte> EncodeRemoteValue(const RemoteNamespace& ns, const BlockKey& key,
+                                         std::span<const std::byte> payload);
+// Checks a value against the block asked for and copies its payload into
+// `out` (the block's size). Corruption, naming the first field that differs,
+// for anything but exactly that block.
+Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, const BlockKey& key,
+                         std::span<std::byte> out);
+
+struct RemoteStoreOptions {
+  RedisOptions redis;
+  // Put before every key, so deployments that share a cluster never meet.
+  std::string key_prefix = "kvtier";
+  // After a failure the store answers at once (misses, dropped writes) for
+  // this long, then tries again. Default 5 s.
+  TimeNs pause_ns = 5 * kNsPerSec;
+  // A key found missing is not asked for again for this long (other nodes'
+  // writes show up after it). Default 1 s.
+  TimeNs negative_ttl_ns = kNsPerSec;
+  // Bound of the negative cache; it starts afresh when full. Default 64 Ki.
+  size_t negative_entries = 65536;
+  // Values read in one pipelined round at most (bytes); a longer run is
+  // read in several. Default 64 MiB.
+  uint64_t max_read_batch_bytes = 64ULL << 20;
+  const Clock* clock = &SystemClock();
+  // One line per event worth an operator's attention (paused, resumed, a
+  // corrupt value), at most one per kind every 10 s. Empty: none.
+  std::function<void(const std::string&)> note;
+};
+
+struct RemoteStats {
+  uint64_t lookups = 0;         // CountLeading calls that asked the cluster
+  uint64_t lookup_keys = 0;     // keys asked for with EXISTS
+  uint64_t lookup_hits = 0;     // of which present (the leading run)
+  uint64_t negative_hits = 0;   // lookups answered by the negative cache
+  uint64_t reads = 0;           // blocks asked for with GET
+  uint64_t read_hits = 0;       // read back, verified and served
+  uint64_t read_misses = 0;     // absent (never written, or evicted by the cluster)
+  uint64_t corrupt = 0;         // read back but not exactly the block asked for
+  uint64_t writes = 0;          // blocks written
+  uint64_t write_failures = 0;  // refused (maxmemory) or failed
+  uint64_t bytes_read = 0;      // payload bytes served
+  uint64_t bytes_written = 0;   // payload bytes written
+  uint64_t errors = 0;          // calls failed by the cluster (unreachable, timeouts)
+  uint64_t pauses = 0;          // times the store paused
+  bool paused = false;
+  std::string last_error;
+};
+
+class RemoteStore {
+ public:
+  // Connects (reads the slot map) and checks the deployment secret against
+  // the one the cluster recorded under the prefix: the first node records
+  // a verifier of it (a hash, not the secret); a node with another secret is
+  // refused (FailedPrecondition), since its keys would never meet the
+  // others'. Unavailable when no seed answers.
+  static Result<std::unique_ptr<RemoteStore>> Open(const RemoteStoreOptions& options,
+                                                   std::span<const std::byte> deployment_secret);
+  ~RemoteStore();
+
+  // How many leading `keys` the cluster holds: one pipelined round of EXISTS,
+  // counted up to the first miss (a key the negative cache knows missing
+  // ends the run without asking). 0 while paused.
+  size_t CountLeading(uint64_t ns, std::span<const BlockKey> keys);
+
+  // Reads the leading blocks of `keys` into `outs` (one span per key, each
+  // the block's size), pipelined, stopping at the first block missing, not
+  // exactly right, or not read. Returns how many were read and verified.
+  size_t ReadLeading(const RemoteNamespace& ns, std::span<const BlockKey> keys,
+                     std::span<const std::span<std::byte>> outs);
+
+  // Writes one block. Unavailable while paused or when the cluster fails;
+  // ResourceExhausted when it refuses (maxmemory with noeviction).
+  Status Write(const RemoteNamespace& ns, const BlockKey& key, std::span<const std::byte> payload);
+
+  // Deletes blocks (REMOVE of a worker). Best effort.
+  Status Remove(uint64_t ns, std::span<const BlockKey> keys);
+
+  RemoteStats stats() const;
+  bool paused() const;
+  std::string description() const;  // "remote: redis cluster, 3 masters (127.0.0.1:7000, ...)"
+
+  // The value key of a block (tests corrupt values through it).
+  std::string KeyOf(uint64_t ns, const BlockKey& key) const;
+
+ private:
+  RemoteStore(const RemoteStoreOptions& options, std::unique_ptr<RedisCluster> cluster);
+  bool Paused();
+  void Failed(const Status& status);
+  void Note(std::atomic<int64_t>& last, const std::string& line);
+  bool KnownMissing(uint64_t ns, const BlockKey& key);
+  void ForgetMissing(uint64_t ns, const BlockKey& key);
+  void RememberMissing(uint64_t ns, const BlockKey& key);
+
+  const RemoteStoreOptions opt_;
+  std::unique_ptr<RedisCluster> cluster_;
+  std::atomic<TimeNs> paused_until_{0};
+  std::atomic<bool> pause_noted_{false};
+  std::atomic<int64_t> last_pause_note_{INT64_MIN}, last_corrupt_note_{INT64_MIN};
+
+  mutable std::mutex mu_;
+  RemoteStats stats_;  // guarded by mu_ (paused: computed)
+  std::unordered_map<BlockKey, TimeNs, prefix_index::BlockKeyHash> missing_;  // guarded by mu_
+};
+
+}  // namespace kvtier::tiers::internal
