@@ -55,6 +55,8 @@ std::string TierName(WireTier tier) {
       return "host";
     case WireTier::kSsd:
       return "ssd";
+    case WireTier::kRemote:
+      return "remote";
   }
   return "tier " + std::to_string(static_cast<int>(tier));
 }

@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -77,6 +78,38 @@ auto Uint32(uint32_t* out) {
       return Status::Ok();
     }
     return InvalidArgumentError("expected a non-negative integer");
+  };
+}
+
+// An array of strings, or one string of comma-separated items.
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    std::string item = text.substr(start, comma - start);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    if (!item.empty()) out.push_back(item);
+    start = comma + 1;
+  }
+  return out;
+}
+
+auto StringList(std::vector<std::string>* out) {
+  return [out](const toml::node& n) -> Status {
+    if (n.is_string()) {
+      *out = SplitList(*n.value<std::string>());
+      return Status::Ok();
+    }
+    const toml::array* a = n.as_array();
+    if (a == nullptr) return InvalidArgumentError("expected an array of strings");
+    out->clear();
+    for (const toml::node& item : *a) {
+      if (!item.is_string()) return InvalidArgumentError("expected an array of strings");
+      out->push_back(*item.value<std::string>());
+    }
+    return Status::Ok();
   };
 }
 
@@ -290,6 +323,34 @@ Status DaemonConfig::Validate() const {
     }
   }
   KVTIER_RETURN_IF_ERROR(ValidateMetricsAddress(metrics_address));
+  if (!remote_seeds.empty()) {
+    if (remote_secret_file.empty()) {
+      return InvalidArgumentError(
+          "a remote tier needs remote.secret_file: the deployment secret every node shares");
+    }
+    if (remote_key_prefix.empty() ||
+        remote_key_prefix.find_first_of(" {}\r\n") != std::string::npos) {
+      return InvalidArgumentError("remote key_prefix must be non-empty, without spaces or braces");
+    }
+    if (remote_connections == 0 || remote_connections > 64) {
+      return InvalidArgumentError("remote connections must be between 1 and 64");
+    }
+    if (remote_io_threads == 0 || remote_io_threads > 64) {
+      return InvalidArgumentError("remote io_threads must be between 1 and 64");
+    }
+    if (remote_queue == 0) return InvalidArgumentError("remote queue must be at least 1");
+    if (remote_timeout_ms == 0 || remote_connect_timeout_ms == 0) {
+      return InvalidArgumentError("remote timeouts must be at least 1 ms");
+    }
+    if (!secret_hex.empty()) {
+      return InvalidArgumentError(
+          "server.secret and remote.secret_file are both set: with a remote tier the "
+          "deployment secret is the master secret; drop server.secret");
+    }
+  }
+  if (events_enabled && events_endpoint.empty()) {
+    return InvalidArgumentError("events are enabled without an endpoint");
+  }
   for (const std::string* p : {&host_policy, &device_policy, &ssd_policy}) {
     bool known = false;
     for (std::string_view n : eviction::PolicyNames()) known = known || n == *p;
@@ -310,8 +371,8 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   } catch (const std::exception& e) {
     return InvalidArgumentError(path + ": " + e.what());
   }
-  KVTIER_RETURN_IF_ERROR(
-      CheckKnownKeys(root, path, "", {"server", "host", "device", "ssd", "metrics"}));
+  KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
+      root, path, "", {"server", "host", "device", "ssd", "remote", "events", "metrics"}));
   auto section = [&](const char* name) -> Result<const toml::table*> {
     const toml::node* n = root.get(name);
     if (n == nullptr) return static_cast<const toml::table*>(nullptr);
@@ -408,6 +469,43 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "queue", Uint32(&c.ssd_queue)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "write_through", Bool(&c.ssd_write_through)));
   }
+  KVTIER_ASSIGN_OR_RETURN(const toml::table* remote, section("remote"));
+  if (remote != nullptr) {
+    const toml::table& t = *remote;
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
+        t, path, "remote",
+        {"seeds", "secret_file", "key_prefix", "connections", "io_threads", "queue",
+         "connect_timeout_ms", "timeout_ms", "pause_ms", "negative_ttl_ms", "write_through"}));
+    const char* r = "remote";
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "seeds", StringList(&c.remote_seeds)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "secret_file", String(&c.remote_secret_file)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "key_prefix", String(&c.remote_key_prefix)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "connections", Uint32(&c.remote_connections)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "io_threads", Uint32(&c.remote_io_threads)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "queue", Uint32(&c.remote_queue)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, r, "connect_timeout_ms", Uint32(&c.remote_connect_timeout_ms)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "timeout_ms", Uint32(&c.remote_timeout_ms)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "pause_ms", Uint32(&c.remote_pause_ms)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, r, "negative_ttl_ms", Uint32(&c.remote_negative_ttl_ms)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "write_through", Bool(&c.remote_write_through)));
+  }
+  KVTIER_ASSIGN_OR_RETURN(const toml::table* events, section("events"));
+  if (events != nullptr) {
+    const toml::table& t = *events;
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
+        t, path, "events",
+        {"enabled", "endpoint", "replay_endpoint", "buffer_batches", "hwm", "topic_prefix"}));
+    const char* e = "events";
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, e, "enabled", Bool(&c.events_enabled)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, e, "endpoint", String(&c.events_endpoint)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, e, "replay_endpoint", String(&c.events_replay_endpoint)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, e, "buffer_batches", Uint32(&c.events_buffer_batches)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, e, "hwm", Uint32(&c.events_hwm)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, e, "topic_prefix", String(&c.events_topic_prefix)));
+  }
   KVTIER_ASSIGN_OR_RETURN(const toml::table* metrics, section("metrics"));
   if (metrics != nullptr) {
     const toml::table& t = *metrics;
@@ -440,6 +538,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
       hello_timeout_ms, frame_timeout_ms, reply_timeout_ms;
   bool no_reserve = false;
   bool write_through = false;
+  std::optional<std::string> remote_seeds, remote_secret_file, remote_key_prefix, events_endpoint,
+      events_replay_endpoint;
+  bool remote_write_through = false;
   app.add_option("--socket", socket, "Unix socket path [/run/kvtier/kvtierd.sock]");
   app.add_option("--socket-mode", socket_mode, "socket file mode, octal [0660]");
   app.add_option("--socket-owner", socket_owner,
@@ -473,6 +574,18 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--busy-poll-us", busy_poll_us,
                  "poll this long after work before sleeping, 0 = off [200]");
   app.add_option("--secret", secret, "master secret, 32+ hex digits [random per start]");
+  app.add_option("--remote-seeds", remote_seeds,
+                 "remote tier: Redis Cluster nodes, comma-separated host:port [none]");
+  app.add_option("--remote-secret-file", remote_secret_file,
+                 "remote tier: file with the deployment secret (32+ hex digits) [none]");
+  app.add_option("--remote-key-prefix", remote_key_prefix,
+                 "remote tier: prefix of every key [kvtier]");
+  app.add_flag("--remote-write-through", remote_write_through,
+               "write every committed block to the remote tier at once [write-back]");
+  app.add_option("--events-endpoint", events_endpoint,
+                 "publish KV events on this ZeroMQ endpoint (turns them on) [off]");
+  app.add_option("--events-replay-endpoint", events_replay_endpoint,
+                 "ZeroMQ ROUTER endpoint resending missed event batches [none]");
   app.add_option("--host-capacity", host_capacity, "host tier bytes [1GiB]");
   app.add_option("--host-slab", host_slab, "host tier slab bytes [64MiB]");
   app.add_option("--host-policy", host_policy, "host tier eviction policy [adaptive]");
@@ -568,6 +681,15 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (ssd_io_threads != 0) c.ssd_io_threads = ssd_io_threads;
   if (write_through) c.ssd_write_through = true;
   if (metrics_address) c.metrics_address = *metrics_address;
+  if (remote_seeds) c.remote_seeds = SplitList(*remote_seeds);
+  if (remote_secret_file) c.remote_secret_file = *remote_secret_file;
+  if (remote_key_prefix) c.remote_key_prefix = *remote_key_prefix;
+  if (remote_write_through) c.remote_write_through = true;
+  if (events_endpoint) {
+    c.events_endpoint = *events_endpoint;
+    c.events_enabled = true;
+  }
+  if (events_replay_endpoint) c.events_replay_endpoint = *events_replay_endpoint;
   if (Status s = c.Validate(); !s.ok()) return fail(s);
   return out;
 }

@@ -143,6 +143,55 @@ struct DaemonConfig {
   // block and disk space for blocks also in memory.
   bool ssd_write_through = false;
 
+  // [remote]
+  // A Redis Cluster (or one Redis server) shared by the nodes of a
+  // deployment, below this node's own tiers (docs/operations.md, "Several
+  // nodes"). "host:port" of nodes to read the slot map from; empty: no
+  // remote tier.
+  std::vector<std::string> remote_seeds;
+  // A file holding the deployment secret: 32+ hex digits, the same on every
+  // node that shares the cluster (keys are hashed with it, so nodes with
+  // different secrets never meet; the cluster records a hash of it and
+  // refuses a node with another). Required with remote_seeds; it replaces
+  // server.secret and the ssd directory's own secret.
+  std::string remote_secret_file;
+  // Before every key: deployments sharing one cluster never meet.
+  std::string remote_key_prefix = "kvtier";
+  // Connections per cluster node, and the threads making remote calls (and
+  // how many may wait for one: beyond it, writes are dropped and lookups
+  // answer from this node alone).
+  uint32_t remote_connections = 4;
+  uint32_t remote_io_threads = 4;
+  uint32_t remote_queue = 1024;
+  // Connecting to a node, and each read or write on a connection
+  // (milliseconds); a node slower than this fails the call.
+  uint32_t remote_connect_timeout_ms = 200;
+  uint32_t remote_timeout_ms = 1000;
+  // After a failure the tier answers at once (lookups miss, writes drop) for
+  // this long, then tries again (milliseconds).
+  uint32_t remote_pause_ms = 5000;
+  // A key found missing is not asked for again for this long (milliseconds).
+  uint32_t remote_negative_ttl_ms = 1000;
+  // false (write-back): a block is written to the cluster when it leaves
+  // this node's memory. true (write-through): every committed block is
+  // written at once too, so other nodes hit it immediately.
+  bool remote_write_through = false;
+
+  // [events]
+  // KV events (vLLM's wire format) on a ZeroMQ PUB socket, for KV-aware
+  // routers: off by default.
+  bool events_enabled = false;
+  // The PUB endpoint: bound when it has "*" or is ipc:// (vLLM's rule),
+  // connected otherwise.
+  std::string events_endpoint = "tcp://*:5557";
+  // The ROUTER endpoint that resends missed batches; "" = none.
+  std::string events_replay_endpoint;
+  // Batches kept for replay; ZeroMQ's send high-water mark (messages).
+  uint32_t events_buffer_batches = 10000;
+  uint32_t events_hwm = 100000;
+  // Each batch's topic: this prefix and the namespace's model name.
+  std::string events_topic_prefix;
+
   // [metrics]
   // HOST:PORT of the Prometheus endpoint (GET /metrics); "" turns it off;
   // port 0 picks a free one (logged at start). Loopback by default: the

@@ -1,12 +1,17 @@
 // kvtierd: parses the configuration, builds the tiers and the engine, serves
 // the socket until SIGINT or SIGTERM, then tears down in reverse order.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
+#include <fstream>
+#include <sstream>
 
 #include "daemon/asio.h"
 #include "daemon/config.h"
+#include "daemon/event_feed.h"
+#include "daemon/kv_events.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/server.h"
@@ -33,9 +38,56 @@ Result<std::unique_ptr<tiers::Tier>> BuildDeviceTier(const DaemonConfig& c) {
   return std::unique_ptr<tiers::Tier>();
 }
 
+// The deployment secret of a remote tier: the file's hex digits (32 or
+// more; whitespace around them is ignored).
+Result<std::vector<std::byte>> ReadDeploymentSecret(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return InvalidArgumentError("remote.secret_file " + path + ": cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string hex;
+  for (char ch : text.str()) {
+    if (ch != ' ' && ch != '\n' && ch != '\r' && ch != '\t') hex.push_back(ch);
+  }
+  if (hex.size() < 32 || hex.size() % 2 != 0 ||
+      hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
+    return InvalidArgumentError("remote.secret_file " + path +
+                                ": expected 32 or more hex digits (e.g. `openssl rand -hex 32`)");
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
+    Log(LogLevel::kWarn, Str("remote.secret_file ", path, " is readable by group or others: ",
+                             "anyone who reads it can name this deployment's blocks"));
+  }
+  std::vector<std::byte> secret;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    secret.push_back(static_cast<std::byte>(std::stoul(hex.substr(i, 2), nullptr, 16)));
+  }
+  return secret;
+}
+
+Result<std::unique_ptr<tiers::RemoteTier>> BuildRemoteTier(const DaemonConfig& c,
+                                                           std::span<const std::byte> secret) {
+  tiers::RemoteTierOptions o;
+  o.seeds = c.remote_seeds;
+  o.key_prefix = c.remote_key_prefix;
+  o.connections_per_node = static_cast<int>(c.remote_connections);
+  o.connect_timeout_ns = static_cast<TimeNs>(c.remote_connect_timeout_ms) * kNsPerMs;
+  o.command_timeout_ns = static_cast<TimeNs>(c.remote_timeout_ms) * kNsPerMs;
+  o.pause_ns = static_cast<TimeNs>(c.remote_pause_ms) * kNsPerMs;
+  o.negative_ttl_ns = static_cast<TimeNs>(c.remote_negative_ttl_ms) * kNsPerMs;
+  o.note = [](const std::string& line) { Log(LogLevel::kWarn, line); };
+  auto remote = tiers::NewRemoteTier(o, secret);
+  if (!remote) return remote.status().WithContext("remote tier");
+  return remote;
+}
+
 Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
                                                         tiers::IoExecutor* io,
-                                                        tiers::IoExecutor* copies) {
+                                                        tiers::IoExecutor* copies,
+                                                        tiers::IoExecutor* remote_io,
+                                                        std::unique_ptr<tiers::RemoteTier> remote,
+                                                        std::function<void()> events_ready) {
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<tiers::Tier> device, BuildDeviceTier(c));
   tiers::ArenaTierOptions host_options{c.host_capacity_bytes, c.host_slab_bytes,
                                        c.host_reserve_memory};
@@ -63,7 +115,12 @@ Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
   options.ssd_write_through = c.ssd_write_through;
   options.max_hinted_blocks_per_owner = c.max_hinted_blocks_per_session;
   options.log = [](const std::string& line) { Log(LogLevel::kWarn, line); };
-  return tiers::CacheEngine::Create(options, std::move(device), std::move(host), std::move(ssd));
+  options.remote_io = remote_io;
+  options.remote_write_through = c.remote_write_through;
+  options.record_events = c.events_enabled;
+  options.events_ready = std::move(events_ready);
+  return tiers::CacheEngine::Create(options, std::move(device), std::move(host), std::move(ssd),
+                                    std::move(remote));
 }
 
 // io_context::run(), but after each burst of work the thread keeps polling
@@ -92,12 +149,62 @@ int Run(const DaemonConfig& config) {
   // GPU copies get threads of their own, so they never queue behind disk I/O.
   std::unique_ptr<tiers::IoExecutor> copies = tiers::NewThreadPoolExecutor(
       2, 256, [&io](std::function<void()> done) { asio::post(io, std::move(done)); });
-  auto built = BuildEngine(config, ssd_io.get(), copies.get());
+  // The remote tier's calls get threads of their own, so a slow cluster
+  // never delays the disk.
+  std::unique_ptr<tiers::IoExecutor> remote_io;
+  std::unique_ptr<tiers::RemoteTier> remote;
+  std::vector<std::byte> deployment_secret;
+  if (!config.remote_seeds.empty()) {
+    auto secret = ReadDeploymentSecret(config.remote_secret_file);
+    if (!secret) {
+      Log(LogLevel::kError, secret.status().ToString());
+      return 1;
+    }
+    deployment_secret = std::move(secret).value();
+    auto connected = BuildRemoteTier(config, deployment_secret);
+    if (!connected) {
+      Log(LogLevel::kError, Str("cannot start: ", connected.status().ToString()));
+      return 1;
+    }
+    remote = std::move(connected).value();
+    remote_io = tiers::NewThreadPoolExecutor(
+        config.remote_io_threads, config.remote_queue,
+        [&io](std::function<void()> done) { asio::post(io, std::move(done)); });
+  }
+  // KV events: the publisher, and the feed that turns each engine turn's
+  // events into batches (set once the engine exists; the engine asks for a
+  // flush through `events_ready` from its first event on).
+  std::unique_ptr<KvEventPublisher> publisher;
+  std::unique_ptr<EventFeed> feed;
+  if (config.events_enabled) {
+    KvEventOptions eo;
+    eo.endpoint = config.events_endpoint;
+    eo.replay_endpoint = config.events_replay_endpoint;
+    eo.buffer_batches = config.events_buffer_batches;
+    eo.hwm = static_cast<int>(config.events_hwm);
+    auto started = KvEventPublisher::Start(eo);
+    if (!started) {
+      Log(LogLevel::kError, Str("cannot start the KV events: ", started.status().ToString()));
+      return 1;
+    }
+    publisher = std::move(started).value();
+  }
+  auto events_ready = [&io, &feed] {
+    asio::post(io, [&feed] {
+      if (feed) feed->Flush();
+    });
+  };
+  auto built = BuildEngine(config, ssd_io.get(), copies.get(), remote_io.get(), std::move(remote),
+                           events_ready);
   if (!built) {
     Log(LogLevel::kError, Str("cannot build the tiers: ", built.status().ToString()));
     return 1;
   }
   engine = std::move(built).value();
+  if (publisher) {
+    feed = std::make_unique<EventFeed>(*engine, *publisher, config.events_topic_prefix);
+    feed->Cleared();  // routers forget what an earlier kvtierd here said
+  }
   if (auto restored = engine->Recover(); !restored) {
     Log(LogLevel::kError, Str("cannot restore the ssd tier: ", restored.status().ToString()));
     return 1;
@@ -107,8 +214,12 @@ int Run(const DaemonConfig& config) {
   }
   asio::thread_pool copy_pool(config.copy_threads);
   const tiers::Tier* ssd = engine->tier(tiers::TierKind::kSsd);
+  // Keys are hashed under the deployment secret with a remote tier (every
+  // node must agree), else under the ssd directory's (stable across restarts).
   Service service(*engine, config, copy_pool,
-                  ssd != nullptr ? ssd->persistent_secret() : std::span<const std::byte>());
+                  !deployment_secret.empty() ? std::span<const std::byte>(deployment_secret)
+                  : ssd != nullptr           ? ssd->persistent_secret()
+                                             : std::span<const std::byte>());
   auto server = Server::Create(io, service, config);
   if (!server) {
     Log(LogLevel::kError, server.status().ToString());
@@ -143,6 +254,15 @@ int Run(const DaemonConfig& config) {
   }
   if (!stats.tiers[0].present) Log(LogLevel::kInfo, "tier device: off");
   if (!stats.tiers[2].present) Log(LogLevel::kInfo, "tier ssd: off");
+  Log(LogLevel::kInfo, stats.remote_present
+                           ? Str("tier ", stats.remote_description,
+                                 config.remote_write_through ? ", write-through" : ", write-back")
+                           : std::string("tier remote: off"));
+  Log(LogLevel::kInfo, publisher ? Str("KV events on ", publisher->endpoint(),
+                                       publisher->replay_endpoint().empty()
+                                           ? std::string()
+                                           : Str(", replay on ", publisher->replay_endpoint()))
+                                 : std::string("KV events: off"));
   Log(LogLevel::kInfo, Str("listening on ", config.socket_path, " (mode 0", std::oct,
                            config.socket_mode, std::dec, ")"));
   Log(LogLevel::kInfo, metrics ? Str("metrics on http://", metrics->address(), "/metrics")
@@ -168,16 +288,21 @@ int Run(const DaemonConfig& config) {
   copy_pool.join();
   // Let the disk (and the GPU's copies) finish what they were doing, so
   // nothing the engine waits for is lost, then make the disk durable.
-  while (ssd_io->in_flight() > 0 || copies->in_flight() > 0) {
+  while (ssd_io->in_flight() > 0 || copies->in_flight() > 0 ||
+         (remote_io && remote_io->in_flight() > 0)) {
     io.restart();
     io.run_one();
   }
   if (tiers::Tier* t = engine->tier(tiers::TierKind::kSsd)) {
     if (Status s = t->Sync(); !s.ok()) Log(LogLevel::kWarn, Str("ssd sync: ", s.ToString()));
   }
+  if (feed) feed->Flush();
+  feed.reset();
   ssd_io.reset();
   copies.reset();
+  remote_io.reset();
   engine.reset();
+  publisher.reset();
   Log(LogLevel::kInfo, "stopped");
   return 0;
 }

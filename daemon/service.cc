@@ -31,6 +31,8 @@ TierKind ToTier(WireTier t) {
       return TierKind::kHost;
     case WireTier::kSsd:
       return TierKind::kSsd;
+    case WireTier::kRemote:
+      return TierKind::kRemote;
   }
   return TierKind::kSsd;
 }
@@ -43,6 +45,8 @@ WireTier ToWire(TierKind t) {
       return WireTier::kHost;
     case TierKind::kSsd:
       return WireTier::kSsd;
+    case TierKind::kRemote:
+      return WireTier::kRemote;
   }
   return WireTier::kSsd;
 }
@@ -108,6 +112,32 @@ asio::awaitable<Result<tiers::Lease>> Service::Acquire(prefix_index::NamespaceId
     co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
   co_return std::move(*wait->result);
+}
+
+asio::awaitable<Status> Service::Lookup(SessionState& s, const FrameHeader& h,
+                                        const protocol::KeysRequest& r, Reply* reply) {
+  // As Acquire: the completion runs inside LookupAsync, or later when the
+  // remote tier answers.
+  struct Wait {
+    explicit Wait(const asio::any_io_executor& ex) : timer(ex) {}
+    std::optional<Result<tiers::LookupResult>> result;
+    asio::steady_timer timer;
+  };
+  auto wait = std::make_shared<Wait>(co_await asio::this_coro::executor);
+  engine_.LookupAsync(s.ns, r.keys, [wait](Result<tiers::LookupResult> found) {
+    wait->result.emplace(std::move(found));
+    wait->timer.cancel();
+  });
+  while (!wait->result) {
+    wait->timer.expires_at(asio::steady_timer::time_point::max());
+    boost::system::error_code ec;
+    co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (!*wait->result) co_return wait->result->status();
+  protocol::LookupReply rep;
+  for (TierKind t : (*wait->result)->tiers) rep.tiers.push_back(ToWire(t));
+  protocol::EncodeLookupReply(h.request_id, rep, &reply->frame);
+  co_return Status::Ok();
 }
 
 uint64_t Service::OpenSession() {
@@ -176,6 +206,8 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
     status = co_await Put(s, h, std::get<protocol::PutRequest>(request), reply);
   } else if (h.opcode == Opcode::kGet) {
     status = co_await Get(s, h, std::get<protocol::KeysRequest>(request), reply);
+  } else if (h.opcode == Opcode::kLookup) {
+    status = co_await Lookup(s, h, std::get<protocol::KeysRequest>(request), reply);
   } else if (h.opcode == Opcode::kAcquire) {
     status = co_await AcquireRequest(s, h, std::get<protocol::AcquireRequest>(request), reply);
   } else {
@@ -273,14 +305,6 @@ Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Reques
   switch (h.opcode) {
     case Opcode::kHello:
       return Hello(s, h, std::get<protocol::HelloRequest>(request), reply);
-    case Opcode::kLookup: {
-      const auto& r = std::get<protocol::KeysRequest>(request);
-      KVTIER_ASSIGN_OR_RETURN(const tiers::LookupResult found, engine_.Lookup(s.ns, r.keys));
-      protocol::LookupReply rep;
-      for (TierKind t : found.tiers) rep.tiers.push_back(ToWire(t));
-      protocol::EncodeLookupReply(h.request_id, rep, out);
-      return Status::Ok();
-    }
     case Opcode::kAllocate: {
       const auto& r = std::get<protocol::AllocateRequest>(request);
       if (s.allocations.size() >= config_.max_allocations_per_session) {
@@ -366,6 +390,7 @@ Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Reques
     }
     case Opcode::kHint:
       return Hint(s, h, std::get<protocol::HintRequest>(request), reply);
+    case Opcode::kLookup:
     case Opcode::kPut:
     case Opcode::kGet:
     case Opcode::kAcquire:

@@ -84,6 +84,8 @@ class Service {
                               const protocol::PutRequest& r, Reply* reply);
   asio::awaitable<Status> Get(SessionState& s, const protocol::FrameHeader& h,
                               const protocol::KeysRequest& r, Reply* reply);
+  asio::awaitable<Status> Lookup(SessionState& s, const protocol::FrameHeader& h,
+                                 const protocol::KeysRequest& r, Reply* reply);
   asio::awaitable<Status> AcquireRequest(SessionState& s, const protocol::FrameHeader& h,
                                          const protocol::AcquireRequest& r, Reply* reply);
   Status Hint(SessionState& s, const protocol::FrameHeader& h, const protocol::HintRequest& r,

@@ -79,7 +79,9 @@ void EncodeHeader(const FrameHeader& h, std::span<std::byte> out);
 Result<FrameHeader> DecodeHeader(std::span<const std::byte> in, uint32_t max_payload);
 
 // Where a block is to live or be read: the two tiers a worker can address.
-enum class WireTier : uint8_t { kDevice = 0, kHost = 1, kSsd = 2 };
+// kRemote: only in LOOKUP replies, for blocks found in the remote tier
+// (ACQUIRE reads them into the host tier); a request naming it is malformed.
+enum class WireTier : uint8_t { kDevice = 0, kHost = 1, kSsd = 2, kRemote = 3 };
 
 // What the daemon offers for the device tier.
 enum class DeviceKind : uint8_t { kNone = 0, kEmulated = 1, kCuda = 2 };

@@ -185,7 +185,7 @@ Result<LookupReply> DecodeLookupReply(std::span<const std::byte> payload) {
 Result<AllocateReply> DecodeAllocateReply(std::span<const std::byte> payload) {
   return DecodeReply<AllocateReply>("ALLOCATE", payload, [](ByteReader& r, AllocateReply* m) {
     KVTIER_RETURN_IF_ERROR(r.U64("allocation_id", &m->allocation_id));
-    KVTIER_RETURN_IF_ERROR(ReadEnum(r, "tier", kMaxTier, &m->tier));
+    KVTIER_RETURN_IF_ERROR(ReadEnum(r, "tier", kMaxTargetTier, &m->tier));
     uint32_t count = 0;
     KVTIER_RETURN_IF_ERROR(ReadCount(r, "keys", kMaxKeys, 1 + 8, &count));
     KVTIER_RETURN_IF_ERROR(ReadStates(r, count, &m->states));
@@ -204,7 +204,7 @@ Result<AllocateReply> DecodeAllocateReply(std::span<const std::byte> payload) {
 Result<AcquireReply> DecodeAcquireReply(std::span<const std::byte> payload) {
   return DecodeReply<AcquireReply>("ACQUIRE", payload, [](ByteReader& r, AcquireReply* m) {
     KVTIER_RETURN_IF_ERROR(r.U64("lease_id", &m->lease_id));
-    KVTIER_RETURN_IF_ERROR(ReadEnum(r, "tier", kMaxTier, &m->tier));
+    KVTIER_RETURN_IF_ERROR(ReadEnum(r, "tier", kMaxTargetTier, &m->tier));
     uint32_t count = 0;
     KVTIER_RETURN_IF_ERROR(ReadCount(r, "offsets", kMaxKeys, 8, &count));
     m->offsets.resize(count);

@@ -86,7 +86,8 @@ void Lease::Release() {
 Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& options,
                                                          std::unique_ptr<Tier> device,
                                                          std::unique_ptr<Tier> host,
-                                                         std::unique_ptr<Tier> ssd) {
+                                                         std::unique_ptr<Tier> ssd,
+                                                         std::unique_ptr<RemoteTier> remote) {
   if (options.clock == nullptr) return InvalidArgumentError("EngineOptions.clock is null");
   if (host == nullptr) return InvalidArgumentError("the host tier is required");
   if (host->kind() != TierKind::kHost) return InvalidArgumentError("host tier of the wrong kind");
@@ -104,8 +105,11 @@ Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& op
   if (ssd != nullptr && ssd->io_bound() && options.io == nullptr) {
     return InvalidArgumentError("an io_bound ssd tier needs EngineOptions.io");
   }
-  std::unique_ptr<CacheEngine> engine(
-      new CacheEngine(options, std::move(device), std::move(host), std::move(ssd)));
+  if (remote != nullptr && options.remote_io == nullptr) {
+    return InvalidArgumentError("a remote tier needs EngineOptions.remote_io");
+  }
+  std::unique_ptr<CacheEngine> engine(new CacheEngine(options, std::move(device), std::move(host),
+                                                      std::move(ssd), std::move(remote)));
   const std::pair<TierKind, const std::string*> wanted[] = {
       {TierKind::kDevice, &options.device_policy},
       {TierKind::kHost, &options.host_policy},
@@ -122,13 +126,19 @@ Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& op
 }
 
 CacheEngine::CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> device,
-                         std::unique_ptr<Tier> host, std::unique_ptr<Tier> ssd)
+                         std::unique_ptr<Tier> host, std::unique_ptr<Tier> ssd,
+                         std::unique_ptr<RemoteTier> remote)
     : clock_(*options.clock),
       io_(options.io),
       copy_(options.copy != nullptr ? options.copy : options.io),
       ssd_pause_ns_(options.ssd_pause_ns),
       write_through_(options.ssd_write_through),
       log_(options.log),
+      remote_(std::move(remote)),
+      remote_io_(options.remote_io),
+      remote_write_through_(options.remote_write_through),
+      record_events_(options.record_events),
+      events_ready_(options.events_ready),
       max_hinted_per_owner_(options.max_hinted_blocks_per_owner) {
   tiers_[Index(TierKind::kDevice)] = std::move(device);
   tiers_[Index(TierKind::kHost)] = std::move(host);
@@ -140,6 +150,7 @@ CacheEngine::~CacheEngine() {
   assert(allocations_.empty() && leases_.empty() &&
          "Allocations and Leases must be destroyed before the engine");
   assert(moves_in_flight_ == 0 && "every I/O completion must run before the engine goes");
+  assert(remote_in_flight_ == 0 && "every remote completion must run before the engine goes");
 }
 
 Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
@@ -168,6 +179,7 @@ Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
   namespaces_.push_back(spec);
   block_bytes_.push_back(bytes);
   tier_ns_.push_back(tier_ns);
+  remote_ns_.push_back({RemoteNamespaceId(spec.model, spec.salt, spec.layout), spec.layout});
   return static_cast<NamespaceId>(namespaces_.size() - 1);
 }
 
@@ -191,7 +203,7 @@ Status CacheEngine::CheckNamespace(NamespaceId ns) const {
 }
 
 Status CacheEngine::CheckTarget(TierKind kind) const {
-  if (kind == TierKind::kSsd) {
+  if (kind == TierKind::kSsd || kind == TierKind::kRemote) {
     return InvalidArgumentError("blocks are read and written in the device or host tier");
   }
   if (tier(kind) == nullptr) {
@@ -320,9 +332,13 @@ Status CacheEngine::CommitAllocation(uint64_t id) {
     index_.SetVisible(e, true);
     --pending_blocks_;
     ++stats_.committed_blocks;
+    Emit(BlockEvent::Kind::kStored, e, blocks_[e].tier);
   }
   if (write_through_ && tier(TierKind::kSsd) != nullptr) {
     for (EntryId e : rec.pending) StartShadow(e);
+  }
+  if (remote_write_through_ && remote_ != nullptr) {
+    for (EntryId e : rec.pending) WriteRemote(e);
   }
   // Last block first, so the chain's head ends up the most recent (as in
   // ReleaseLease). Unpin drops a block at once if an ancestor went meanwhile.
@@ -451,10 +467,22 @@ Result<size_t> CacheEngine::Remove(NamespaceId ns, std::span<const BlockKey> key
     ++removed;
     ++stats_.removed_blocks;
     if (blocks_[id].pins > 0) {
+      if (blocks_[id].state == State::kReady)
+        Emit(BlockEvent::Kind::kRemoved, id, blocks_[id].tier);
       blocks_[id].state = State::kDoomed;  // freed by its last Unpin
       index_.SetVisible(id, false);
     } else {
       Drop(id);
+    }
+  }
+  if (remote_ != nullptr) {
+    // Removed for every node: a removed block must not come back from the
+    // shared tier either. Best effort.
+    auto doomed = std::make_shared<std::vector<BlockKey>>(keys.begin(), keys.end());
+    if (!SubmitRemote(
+            [r = remote_.get(), id = remote_ns_[ns].id, doomed] { return r->Remove(id, *doomed); },
+            [](const Status&) {})) {
+      ++stats_.remote_write_dropped;
     }
   }
   return removed;
@@ -531,6 +559,9 @@ Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes, bool yield_h
 void CacheEngine::Evict(EntryId id) {
   const TierKind from = blocks_[id].tier;
   ++stats_.tiers[Index(from)].evictions;
+  // Leaving the node's memory: written back to the remote tier, from a copy
+  // made now (whether it goes to the ssd or nowhere).
+  if (from == TierKind::kHost && remote_ != nullptr) WriteRemote(id);
   const std::optional<TierKind> lower = LowerTier(from);
   if (lower && tiers_[Index(*lower)]->io_bound()) {
     if (!DemoteAsync(id, *lower)) {
@@ -579,8 +610,10 @@ Status CacheEngine::Move(EntryId id, TierKind to) {
     return copied;
   }
 
+  Emit(BlockEvent::Kind::kRemoved, id, from);
   LeaveTier(id);
   EnterTier(id, to, slot);
+  Emit(BlockEvent::Kind::kStored, id, to);
   TierStats& in = stats_.tiers[Index(to)];
   in.bytes_in += bytes;
   if (Index(to) < Index(from)) {
@@ -603,6 +636,7 @@ void CacheEngine::Drop(EntryId id) {
     }
     if (e != id || index_.orphan(e)) ++stats_.orphan_drops;
     if (blocks_[e].hinted) ReleaseHint(e, &stats_.hints_withdrawn);
+    if (blocks_[e].state == State::kReady) Emit(BlockEvent::Kind::kRemoved, e, blocks_[e].tier);
     FreeShadow(e);
     LeaveTier(e);
     index_.Erase(e);
@@ -676,6 +710,12 @@ EngineStats CacheEngine::Stats() const {
   s.shadow_blocks = shadows_;
   s.ssd_paused = clock_.Now() < ssd_paused_until_;
   s.hinted_now = hints_.size();
+  s.remote_present = remote_ != nullptr;
+  if (remote_ != nullptr) {
+    s.remote_description = remote_->description();
+    s.remote = remote_->stats();
+    s.remote_in_flight = remote_in_flight_;
+  }
   return s;
 }
 

@@ -41,6 +41,7 @@
 #include "prefix_index/block_key.h"
 #include "prefix_index/prefix_index.h"
 #include "tiers/io_executor.h"
+#include "tiers/remote_tier.h"
 #include "tiers/tier.h"
 
 namespace kvtier::tiers {
@@ -83,6 +84,23 @@ struct EngineOptions {
   // disk, and a later demotion costs no write. Default off (write-back: a
   // block reaches the disk when it is evicted from the host).
   bool ssd_write_through = false;
+  // Runs the remote tier's calls (network round trips, bounded by its
+  // timeouts) off the engine's thread, apart from `io` so that a slow
+  // cluster never delays the disk. Required with a remote tier; same
+  // lifetime rules as `io`.
+  IoExecutor* remote_io = nullptr;
+  // Remote write-through: every committed block is also written to the
+  // remote tier at once, so other nodes can hit it immediately. Default off
+  // (write-back: a block is written out when it leaves this node's memory,
+  // from the copy made for the ssd or for nothing).
+  bool remote_write_through = false;
+  // Record block events (stored, removed per tier) for TakeEvents(): the
+  // KV-event stream routers read. Default off (nothing recorded).
+  bool record_events = false;
+  // Called on the engine's thread when an event is recorded while none is
+  // waiting: the daemon posts a TakeEvents after the current turn, so the
+  // events of one turn go out as one batch. May be empty.
+  std::function<void()> events_ready;
   // Hints: how many blocks one owner (a session) may protect with hints at
   // once. 0: no bound (the replay simulator's single worker).
   uint64_t max_hinted_blocks_per_owner = 0;
@@ -101,7 +119,18 @@ struct BlockLocation {
 
 struct LookupResult {
   size_t hits = 0;              // leading keys present
-  std::vector<TierKind> tiers;  // tier of each of the `hits` blocks
+  std::vector<TierKind> tiers;  // tier of each of the `hits` blocks (kRemote: the remote tier)
+};
+
+// A change a router cares about: a block became readable in a tier (the
+// remote tier included), or stopped being readable there.
+struct BlockEvent {
+  enum class Kind : uint8_t { kStored, kRemoved };
+  Kind kind = Kind::kStored;
+  NamespaceId ns = 0;
+  TierKind tier = TierKind::kHost;
+  BlockKey key;
+  std::optional<BlockKey> parent;  // kStored: the block before it in its chain
 };
 
 struct TierStats {
@@ -164,6 +193,15 @@ struct EngineStats {
   uint64_t prefetched_blocks = 0;  // hinted blocks read from the ssd into the host ahead of use
   uint64_t prefetched_used = 0;    // of which acquired afterwards
   uint64_t hinted_now = 0;         // blocks protected by hints now (a gauge)
+  // The remote tier (tiers/remote_tier.h).
+  bool remote_present = false;
+  std::string remote_description;
+  RemoteStats remote;                  // the tier's own counters
+  uint64_t remote_lookup_hits = 0;     // blocks lookups found only in the remote tier
+  uint64_t remote_fetched_blocks = 0;  // read from it into the host tier by acquires
+  uint64_t remote_written_blocks = 0;  // written to it from this node
+  uint64_t remote_write_dropped = 0;   // not written: its queue full, paused or failed
+  uint64_t remote_in_flight = 0;       // its calls not yet completed (a gauge)
 };
 
 // What a Hint did.
@@ -243,10 +281,13 @@ class Lease {
 class CacheEngine {
  public:
   // `host` is required; `device` and `ssd` may be null (no such tier).
+  // `remote` may be null (no remote tier); with one, options.remote_io is
+  // required.
   static Result<std::unique_ptr<CacheEngine>> Create(const EngineOptions& options,
                                                      std::unique_ptr<Tier> device,
                                                      std::unique_ptr<Tier> host,
-                                                     std::unique_ptr<Tier> ssd = nullptr);
+                                                     std::unique_ptr<Tier> ssd = nullptr,
+                                                     std::unique_ptr<RemoteTier> remote = nullptr);
   ~CacheEngine();
   CacheEngine(const CacheEngine&) = delete;
   CacheEngine& operator=(const CacheEngine&) = delete;
@@ -273,6 +314,13 @@ class CacheEngine {
   // Changes no recency.
   Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys);
 
+  // Like Lookup, and where the local run ends short of the chain, asks the
+  // remote tier (on remote_io) for the rest: those blocks follow in the
+  // result as kRemote. `done` runs on the engine's thread; at once without
+  // a remote tier or when there is nothing to ask.
+  void LookupAsync(NamespaceId ns, std::span<const BlockKey> keys,
+                   std::function<void(Result<LookupResult>)> done);
+
   // Reserves slots in `tier` for the blocks of a chain. `parent` is the key
   // before keys[0] (nullopt: keys[0] starts a prompt); when given it must be
   // cached, and it and every already-cached key of the chain stay pinned
@@ -294,7 +342,10 @@ class CacheEngine {
   // `tier` by the IoExecutor, and `done` runs (on the engine's thread) once
   // every promotion has finished: at once if none was needed. A block that
   // fails to come back (checksum mismatch, I/O error) ends the lease there;
-  // while it moves, it stays visible where it was.
+  // while it moves, it stays visible where it was. With a remote tier, the
+  // blocks after the local run that the cluster holds are first read into
+  // the host tier (found, then read, on remote_io): a block missing, wrong
+  // or not read ends the run there.
   void AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, TierKind tier,
                     std::function<void(Result<Lease>)> done);
 
@@ -342,6 +393,10 @@ class CacheEngine {
 
   EngineStats Stats() const;
 
+  // Moves the block events recorded since the last call (record_events)
+  // into `out` (cleared first), in the order they happened.
+  void TakeEvents(std::vector<BlockEvent>* out);
+
   // nullptr when the tier is absent.
   Tier* tier(TierKind kind) { return tiers_[Index(kind)].get(); }
   const Tier* tier(TierKind kind) const { return tiers_[Index(kind)].get(); }
@@ -376,6 +431,7 @@ class CacheEngine {
     SlotId shadow = 0;
     bool hinted = false;      // protected by hints (hints_ has its owners)
     bool prefetched = false;  // read from the ssd by a hint, not acquired since
+    bool in_remote = false;   // written to (or read from) the remote tier: not written again
   };
 
   // The hints protecting one block: each owner with its count of hints on
@@ -411,7 +467,8 @@ class CacheEngine {
   };
 
   CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> device,
-              std::unique_ptr<Tier> host, std::unique_ptr<Tier> ssd);
+              std::unique_ptr<Tier> host, std::unique_ptr<Tier> ssd,
+              std::unique_ptr<RemoteTier> remote);
 
   static size_t Index(TierKind kind) { return static_cast<size_t>(kind); }
   Status CheckNamespace(NamespaceId ns) const;
@@ -480,6 +537,27 @@ class CacheEngine {
   void HintsUsed(std::span<const EntryId> run);
   // Pins the leading visible blocks of `keys` and touches them, tail first.
   std::vector<EntryId> PinLeadingRun(NamespaceId ns, std::span<const BlockKey> keys);
+  // The remote tier (cache_engine_remote.cc).
+  // Acquire without the remote tier: AcquireAsync's local part.
+  void AcquireLocal(NamespaceId ns, std::span<const BlockKey> keys, TierKind tier,
+                    std::function<void(Result<Lease>)> done);
+  // Where the local run of `keys` ends, if the remote tier may hold the
+  // rest: the index of the first key not cached here at all.
+  std::optional<size_t> RemoteStart(NamespaceId ns, std::span<const BlockKey> keys) const;
+  // Asks the remote tier how many of keys[from..] it holds, reads those
+  // into the host tier, then acquires as AcquireLocal.
+  void FetchThenAcquire(NamespaceId ns, std::vector<BlockKey> keys, size_t from, TierKind tier,
+                        std::function<void(Result<Lease>)> done);
+  void ReadRemote(NamespaceId ns, std::vector<BlockKey> keys, size_t from, size_t count,
+                  TierKind tier, std::function<void(Result<Lease>)> done);
+  // Writes a block to the remote tier from a copy of its bytes (made now),
+  // unless it is there already.
+  void WriteRemote(EntryId id);
+  // Submits remote work, counting it in flight. False when the queue is full.
+  bool SubmitRemote(IoExecutor::Work work, IoExecutor::Done done);
+  // Records an event (record_events) of `id` in `tier`.
+  void Emit(BlockEvent::Kind kind, EntryId id, TierKind tier);
+
   // Removes an unpinned block and, iteratively, its unpinned descendants.
   void Drop(EntryId id);
   // Tier-membership bookkeeping shared by allocate, move and drop.
@@ -519,6 +597,16 @@ class CacheEngine {
   uint64_t ssd_pauses_ = 0;
   Status last_io_error_;
   std::function<void(const std::string&)> log_;
+  // The remote tier: the tier, its executor, each namespace as every node
+  // names it (indexed by NamespaceId), its calls in flight.
+  std::unique_ptr<RemoteTier> remote_;
+  IoExecutor* remote_io_ = nullptr;
+  bool remote_write_through_ = false;
+  std::vector<RemoteNamespace> remote_ns_;
+  uint64_t remote_in_flight_ = 0;
+  bool record_events_ = false;
+  std::function<void()> events_ready_;
+  std::vector<BlockEvent> events_;
   // Rate limiting of log lines: when each kind last logged, and how many
   // events it has not reported since.
   struct LogLimit {

@@ -71,6 +71,7 @@ Result<size_t> CacheEngine::Recover() {
     blocks_[id].checksum = info.checksum;
     EnterTier(id, TierKind::kSsd, stored[i].slot);
     index_.SetVisible(id, true);
+    Emit(BlockEvent::Kind::kStored, id, TierKind::kSsd);
     ++restored;
   }
   // What no root reaches hangs below a block that did not survive.
@@ -101,10 +102,8 @@ std::optional<NamespaceId> CacheEngine::NamespaceForTierId(uint32_t tier_ns) {
   return found;
 }
 
-void CacheEngine::AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind,
+void CacheEngine::AcquireLocal(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind,
                                std::function<void(Result<Lease>)> done) {
-  if (Status s = CheckNamespace(ns); !s.ok()) return done(s);
-  if (Status s = CheckTarget(kind); !s.ok()) return done(s);
   ExpireHints();
   std::vector<EntryId> run = PinLeadingRun(ns, keys);
   const uint64_t pending_id = next_handle_id_++;
@@ -193,8 +192,10 @@ void CacheEngine::OnPromoted(EntryId id, Status status) {
     const uint64_t bytes = BlockBytes(id);
     const SlotId on_disk = blocks_[id].slot;
     const bool keep_shadow = write_through_ && !p.upload;
+    Emit(BlockEvent::Kind::kRemoved, id, blocks_[id].tier);
     LeaveTier(id, /*free_slot=*/!keep_shadow);
     EnterTier(id, p.to, p.slot);
+    Emit(BlockEvent::Kind::kStored, id, p.to);
     if (keep_shadow) {  // the disk copy stays, as the block's shadow
       blocks_[id].has_shadow = true;
       blocks_[id].shadow = on_disk;
@@ -223,6 +224,7 @@ void CacheEngine::OnPromoted(EntryId id, Status status) {
         IoFailed(status, /*pause=*/true);  // a failing disk: stop writing to it for a while
       }
       // Never served again: gone from lookups now, freed at its last unpin.
+      Emit(BlockEvent::Kind::kRemoved, id, blocks_[id].tier);
       blocks_[id].state = State::kDoomed;
       index_.SetVisible(id, false);
     }
@@ -240,8 +242,10 @@ bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
     const SlotId shadow = blocks_[id].shadow;
     blocks_[id].has_shadow = false;
     --shadows_;
+    Emit(BlockEvent::Kind::kRemoved, id, blocks_[id].tier);
     LeaveTier(id);
     EnterTier(id, to, shadow);
+    Emit(BlockEvent::Kind::kStored, id, to);
     ++stats_.tiers[Index(to)].demotions_in;
     return true;
   }
@@ -277,6 +281,7 @@ bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
     Unpin(id);
     return false;
   }
+  Emit(BlockEvent::Kind::kRemoved, id, blocks_[id].tier);
   LeaveTier(id);
   EnterTier(id, to, *slot);
   blocks_[id].state = State::kArriving;
@@ -291,9 +296,10 @@ bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
 void CacheEngine::OnDemoted(EntryId id, Status status) {
   --moves_in_flight_;
   Block& b = blocks_[id];
-  if (b.state == State::kArriving) {
+  if (b.state == State::kArriving && status.ok()) {
     b.state = State::kReady;
     index_.SetVisible(id, true);
+    Emit(BlockEvent::Kind::kStored, id, b.tier);
   }
   if (!status.ok()) {
     // The bytes did not land: the block is gone; stop writing to a disk

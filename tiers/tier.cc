@@ -10,6 +10,8 @@ std::string_view TierKindName(TierKind kind) {
       return "host";
     case TierKind::kSsd:
       return "ssd";
+    case TierKind::kRemote:
+      return "remote";
   }
   return "unknown";
 }

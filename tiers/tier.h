@@ -25,9 +25,12 @@
 
 namespace kvtier::tiers {
 
-enum class TierKind : uint8_t { kDevice = 0, kHost = 1, kSsd = 2 };
+// kRemote names where a lookup found a block (the shared remote tier,
+// tiers/remote_tier.h); it has no slots, so it is not one of the
+// kNumTierKinds slot tiers the engine's per-tier arrays are indexed by.
+enum class TierKind : uint8_t { kDevice = 0, kHost = 1, kSsd = 2, kRemote = 3 };
 inline constexpr size_t kNumTierKinds = 3;
-std::string_view TierKindName(TierKind kind);  // "device", "host", "ssd"
+std::string_view TierKindName(TierKind kind);  // "device", "host", "ssd", "remote"
 
 // What a persistent tier records with a block, so that a restart finds it
 // again: its namespace (the tier's own id, from RegisterNamespace), key,

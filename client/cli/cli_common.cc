@@ -143,6 +143,8 @@ std::string_view TierName(client::WireTier tier) {
       return "host";
     case client::WireTier::kSsd:
       return "ssd";
+    case client::WireTier::kRemote:
+      return "remote";
   }
   return "?";
 }

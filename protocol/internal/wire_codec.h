@@ -25,7 +25,9 @@ inline constexpr size_t kMaxErrorBytes = 4096;
 inline constexpr size_t kPayloadBytesOffset = 16;
 inline constexpr size_t kKeyBytes = 16;
 inline constexpr uint8_t kMaxDType = static_cast<uint8_t>(DType::kFp8E5M2);
-inline constexpr uint8_t kMaxTier = static_cast<uint8_t>(WireTier::kSsd);
+// Tiers a request may name, and those a LOOKUP reply may (kRemote too).
+inline constexpr uint8_t kMaxTargetTier = static_cast<uint8_t>(WireTier::kSsd);
+inline constexpr uint8_t kMaxTier = static_cast<uint8_t>(WireTier::kRemote);
 inline constexpr uint8_t kMaxDeviceKind = static_cast<uint8_t>(DeviceKind::kCuda);
 inline constexpr uint8_t kMaxWriteState = static_cast<uint8_t>(WireWriteState::kSkipped);
 inline constexpr uint16_t kMaxStatusCode = static_cast<uint16_t>(StatusCode::kPermissionDenied);
@@ -233,7 +235,7 @@ inline Status DecodeHelloBody(ByteReader& r, HelloRequest* m) {
 }
 
 inline Status DecodeAllocateBody(ByteReader& r, uint32_t max_keys, AllocateRequest* m) {
-  KVTIER_RETURN_IF_ERROR(ReadEnum(r, "tier", kMaxTier, &m->tier));
+  KVTIER_RETURN_IF_ERROR(ReadEnum(r, "tier", kMaxTargetTier, &m->tier));
   KVTIER_RETURN_IF_ERROR(ReadOptionalKey(r, "parent", &m->parent));
   return ReadKeys(r, max_keys, &m->keys);
 }
@@ -271,7 +273,7 @@ inline Status DecodeHintBody(ByteReader& r, uint32_t max_keys, HintRequest* m) {
 }
 
 inline Status DecodeAcquireBody(ByteReader& r, uint32_t max_keys, AcquireRequest* m) {
-  KVTIER_RETURN_IF_ERROR(ReadEnum(r, "tier", kMaxTier, &m->tier));
+  KVTIER_RETURN_IF_ERROR(ReadEnum(r, "tier", kMaxTargetTier, &m->tier));
   return ReadKeys(r, max_keys, &m->keys);
 }
 

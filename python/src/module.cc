@@ -197,7 +197,8 @@ void BindEnums(nb::module_& m) {
   nb::enum_<WireTier>(m, "Tier", "A tier of kvtierd, fastest first.")
       .value("DEVICE", WireTier::kDevice, "GPU memory (or an emulated arena in host memory)")
       .value("HOST", WireTier::kHost, "the shared host arena")
-      .value("SSD", WireTier::kSsd, "local disk");
+      .value("SSD", WireTier::kSsd, "local disk")
+      .value("REMOTE", WireTier::kRemote, "the remote tier shared by several nodes (lookups only)");
   nb::enum_<WireWriteState>(m, "WriteState", "What allocate() did with one key.")
       .value("ALLOCATED", WireWriteState::kAllocated, "a slot to fill, published by commit()")
       .value("EXISTS", WireWriteState::kExists, "cached already: nothing to write")

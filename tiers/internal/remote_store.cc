@@ -59,6 +59,9 @@ BlockKey MissingKey(uint64_t ns, const BlockKey& key) {
 }
 
 }  // namespace
+}  // namespace kvtier::tiers::internal
+
+namespace kvtier::tiers {
 
 uint64_t RemoteNamespaceId(const std::string& model, const std::string& salt,
                            const Layout& layout) {
@@ -76,8 +79,12 @@ uint64_t RemoteNamespaceId(const std::string& model, const std::string& salt,
   const uint32_t fields[] = {layout.layers, layout.kv_heads, layout.head_dim, layout.block_tokens,
                              static_cast<uint32_t>(layout.dtype)};
   add(fields, sizeof(fields));
-  return BlockChecksum(in);
+  return internal::BlockChecksum(in);
 }
+
+}  // namespace kvtier::tiers
+
+namespace kvtier::tiers::internal {
 
 std::vector<std::byte> EncodeRemoteValue(const RemoteNamespace& ns, const BlockKey& key,
                                          std::span<const std::byte> payload) {
@@ -400,3 +407,29 @@ std::string RemoteStore::description() const {
 }
 
 }  // namespace kvtier::tiers::internal
+
+namespace kvtier::tiers {
+
+Result<std::unique_ptr<RemoteTier>> NewRemoteTier(const RemoteTierOptions& options,
+                                                  std::span<const std::byte> deployment_secret) {
+  internal::RemoteStoreOptions o;
+  if (options.seeds.empty()) return InvalidArgumentError("the remote tier needs seed nodes");
+  for (const std::string& seed : options.seeds) {
+    KVTIER_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(seed));
+    o.redis.seeds.push_back(std::move(e));
+  }
+  o.redis.password = options.password;
+  o.redis.connections_per_node = options.connections_per_node;
+  o.redis.connect_timeout = std::chrono::milliseconds(options.connect_timeout_ns / kNsPerMs);
+  o.redis.command_timeout = std::chrono::milliseconds(options.command_timeout_ns / kNsPerMs);
+  o.key_prefix = options.key_prefix;
+  o.pause_ns = options.pause_ns;
+  o.negative_ttl_ns = options.negative_ttl_ns;
+  o.clock = options.clock;
+  o.note = options.note;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<internal::RemoteStore> store,
+                          internal::RemoteStore::Open(o, deployment_secret));
+  return std::unique_ptr<RemoteTier>(std::move(store));
+}
+
+}  // namespace kvtier::tiers

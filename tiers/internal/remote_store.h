@@ -36,19 +36,13 @@
 #include "common/result.h"
 #include "prefix_index/block_key.h"
 #include "tiers/internal/redis_cluster.h"
+#include "tiers/remote_tier.h"
 
 namespace kvtier::tiers::internal {
 
 using prefix_index::BlockKey;
-
-// The id every node gives the namespace (model, salt, layout): XXH3-64 of
-// their canonical encoding.
-uint64_t RemoteNamespaceId(const std::string& model, const std::string& salt, const Layout& layout);
-
-struct RemoteNamespace {
-  uint64_t id = 0;
-  Layout layout;
-};
+using tiers::RemoteNamespace;
+using tiers::RemoteStats;
 
 // The value's header, before the payload: 72 bytes, little-endian.
 inline constexpr size_t kRemoteHeaderBytes = 72;
@@ -85,26 +79,7 @@ struct RemoteStoreOptions {
   std::function<void(const std::string&)> note;
 };
 
-struct RemoteStats {
-  uint64_t lookups = 0;         // CountLeading calls that asked the cluster
-  uint64_t lookup_keys = 0;     // keys asked for with EXISTS
-  uint64_t lookup_hits = 0;     // of which present (the leading run)
-  uint64_t negative_hits = 0;   // lookups answered by the negative cache
-  uint64_t reads = 0;           // blocks asked for with GET
-  uint64_t read_hits = 0;       // read back, verified and served
-  uint64_t read_misses = 0;     // absent (never written, or evicted by the cluster)
-  uint64_t corrupt = 0;         // read back but not exactly the block asked for
-  uint64_t writes = 0;          // blocks written
-  uint64_t write_failures = 0;  // refused (maxmemory) or failed
-  uint64_t bytes_read = 0;      // payload bytes served
-  uint64_t bytes_written = 0;   // payload bytes written
-  uint64_t errors = 0;          // calls failed by the cluster (unreachable, timeouts)
-  uint64_t pauses = 0;          // times the store paused
-  bool paused = false;
-  std::string last_error;
-};
-
-class RemoteStore {
+class RemoteStore final : public RemoteTier {
  public:
   // Connects (reads the slot map) and checks the deployment secret against
   // the one the cluster recorded under the prefix: the first node records
@@ -113,29 +88,31 @@ class RemoteStore {
   // others'. Unavailable when no seed answers.
   static Result<std::unique_ptr<RemoteStore>> Open(const RemoteStoreOptions& options,
                                                    std::span<const std::byte> deployment_secret);
-  ~RemoteStore();
+  ~RemoteStore() override;
 
   // How many leading `keys` the cluster holds: one pipelined round of EXISTS,
   // counted up to the first miss (a key the negative cache knows missing
   // ends the run without asking). 0 while paused.
-  size_t CountLeading(uint64_t ns, std::span<const BlockKey> keys);
+  size_t CountLeading(uint64_t ns, std::span<const BlockKey> keys) override;
 
   // Reads the leading blocks of `keys` into `outs` (one span per key, each
   // the block's size), pipelined, stopping at the first block missing, not
   // exactly right, or not read. Returns how many were read and verified.
   size_t ReadLeading(const RemoteNamespace& ns, std::span<const BlockKey> keys,
-                     std::span<const std::span<std::byte>> outs);
+                     std::span<const std::span<std::byte>> outs) override;
 
   // Writes one block. Unavailable while paused or when the cluster fails;
   // ResourceExhausted when it refuses (maxmemory with noeviction).
-  Status Write(const RemoteNamespace& ns, const BlockKey& key, std::span<const std::byte> payload);
+  Status Write(const RemoteNamespace& ns, const BlockKey& key,
+               std::span<const std::byte> payload) override;
 
   // Deletes blocks (REMOVE of a worker). Best effort.
-  Status Remove(uint64_t ns, std::span<const BlockKey> keys);
+  Status Remove(uint64_t ns, std::span<const BlockKey> keys) override;
 
-  RemoteStats stats() const;
-  bool paused() const;
-  std::string description() const;  // "remote: redis cluster, 3 masters (127.0.0.1:7000, ...)"
+  RemoteStats stats() const override;
+  bool paused() const override;
+  std::string description()
+      const override;  // "remote: redis cluster, 3 masters (127.0.0.1:7000, ...)"
 
   // The value key of a block (tests corrupt values through it).
   std::string KeyOf(uint64_t ns, const BlockKey& key) const;

@@ -1,0 +1,208 @@
+// The CacheEngine and the remote tier (tiers/remote_tier.h): lookups that
+// ask the cluster for the rest of a chain, acquires that read those blocks
+// into the host tier first, blocks written out as they leave the node's
+// memory (or at once, write-through), and the block events. Split from
+// cache_engine.cc by concern; same class, same thread. Every call to the
+// cluster runs on remote_io; the engine's state is touched only in the
+// completions, back on its thread.
+#include <cstring>
+#include <memory>
+
+#include "tiers/cache_engine.h"
+
+namespace kvtier::tiers {
+
+using prefix_index::EntryId;
+using prefix_index::kNoEntry;
+
+bool CacheEngine::SubmitRemote(IoExecutor::Work work, IoExecutor::Done done) {
+  const bool queued = remote_io_->Submit(std::move(work), [this, done = std::move(done)](Status s) {
+    --remote_in_flight_;
+    done(std::move(s));
+  });
+  if (queued) ++remote_in_flight_;
+  return queued;
+}
+
+std::optional<size_t> CacheEngine::RemoteStart(NamespaceId ns,
+                                               std::span<const BlockKey> keys) const {
+  if (remote_ == nullptr || remote_->paused()) return std::nullopt;
+  size_t h = 0;
+  while (h < keys.size()) {
+    const EntryId id = index_.Find(ns, keys[h]);
+    if (id == kNoEntry) return h;                  // not here at all: the cluster may have it
+    if (!index_.visible(id)) return std::nullopt;  // being written or moved here
+    ++h;
+  }
+  return std::nullopt;
+}
+
+void CacheEngine::LookupAsync(NamespaceId ns, std::span<const BlockKey> keys,
+                              std::function<void(Result<LookupResult>)> done) {
+  Result<LookupResult> local = Lookup(ns, keys);
+  if (!local) return done(std::move(local));
+  const std::optional<size_t> from = RemoteStart(ns, keys);
+  if (!from || *from != local->hits) return done(std::move(local));
+  auto rest = std::make_shared<std::vector<BlockKey>>(keys.begin() + static_cast<ptrdiff_t>(*from),
+                                                      keys.end());
+  auto found = std::make_shared<size_t>(0);
+  auto result = std::make_shared<LookupResult>(std::move(*local));
+  auto callback = std::make_shared<std::function<void(Result<LookupResult>)>>(std::move(done));
+  const bool queued = SubmitRemote(
+      [r = remote_.get(), id = remote_ns_[ns].id, rest, found] {
+        *found = r->CountLeading(id, *rest);
+        return Status::Ok();
+      },
+      [this, found, result, callback](const Status&) {
+        result->tiers.insert(result->tiers.end(), *found, TierKind::kRemote);
+        result->hits += *found;
+        stats_.lookup_hits += *found;
+        stats_.remote_lookup_hits += *found;
+        (*callback)(std::move(*result));
+      });
+  if (!queued) (*callback)(std::move(*result));
+}
+
+void CacheEngine::AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind,
+                               std::function<void(Result<Lease>)> done) {
+  if (Status s = CheckNamespace(ns); !s.ok()) return done(s);
+  if (Status s = CheckTarget(kind); !s.ok()) return done(s);
+  if (const std::optional<size_t> from = RemoteStart(ns, keys)) {
+    FetchThenAcquire(ns, std::vector<BlockKey>(keys.begin(), keys.end()), *from, kind,
+                     std::move(done));
+    return;
+  }
+  AcquireLocal(ns, keys, kind, std::move(done));
+}
+
+void CacheEngine::FetchThenAcquire(NamespaceId ns, std::vector<BlockKey> keys, size_t from,
+                                   TierKind kind, std::function<void(Result<Lease>)> done) {
+  // First how many the cluster holds, so that no block here is evicted to
+  // make room for one it does not.
+  auto chain = std::make_shared<std::vector<BlockKey>>(std::move(keys));
+  auto found = std::make_shared<size_t>(0);
+  auto callback = std::make_shared<std::function<void(Result<Lease>)>>(std::move(done));
+  const bool queued = SubmitRemote(
+      [r = remote_.get(), id = remote_ns_[ns].id, chain, from, found] {
+        *found = r->CountLeading(id, std::span(*chain).subspan(from));
+        return Status::Ok();
+      },
+      [this, ns, chain, from, found, kind, callback](const Status&) {
+        if (*found == 0) return AcquireLocal(ns, *chain, kind, std::move(*callback));
+        ReadRemote(ns, std::move(*chain), from, *found, kind, std::move(*callback));
+      });
+  if (!queued) AcquireLocal(ns, *chain, kind, std::move(*callback));
+}
+
+void CacheEngine::ReadRemote(NamespaceId ns, std::vector<BlockKey> keys, size_t from, size_t count,
+                             TierKind kind, std::function<void(Result<Lease>)> done) {
+  // The blocks land in host slots reserved like a worker's write: invisible
+  // until committed, the chain's cached part pinned meanwhile.
+  std::optional<BlockKey> parent;
+  if (from > 0) parent = keys[from - 1];
+  Result<Allocation> alloc =
+      Allocate(ns, parent, std::span(keys).subspan(from, count), TierKind::kHost);
+  size_t allocated = 0;
+  while (alloc && allocated < alloc->size() && alloc->state(allocated) == WriteState::kAllocated) {
+    ++allocated;
+  }
+  if (!alloc || allocated == 0) {
+    if (alloc) alloc->Abort();
+    return AcquireLocal(ns, keys, kind, std::move(done));
+  }
+  auto chain = std::make_shared<std::vector<BlockKey>>(std::move(keys));
+  auto outs = std::make_shared<std::vector<std::span<std::byte>>>();
+  for (size_t i = 0; i < allocated; ++i) outs->push_back(alloc->Bytes(i));
+  auto pending = std::make_shared<Allocation>(std::move(*alloc));
+  auto read = std::make_shared<size_t>(0);
+  auto callback = std::make_shared<std::function<void(Result<Lease>)>>(std::move(done));
+  const bool queued = SubmitRemote(
+      [r = remote_.get(), rns = remote_ns_[ns], chain, from, allocated, outs, read] {
+        *read = r->ReadLeading(rns, std::span(*chain).subspan(from, allocated), *outs);
+        return Status::Ok();
+      },
+      [this, ns, chain, kind, pending, read, callback](const Status&) {
+        // Keep what was read and verified; the rest of the slots go back.
+        AllocationRecord& rec = allocations_.at(pending->id());
+        for (size_t i = rec.pending.size(); i-- > *read;) {
+          const EntryId p = rec.pending[i];
+          LeaveTier(p);
+          blocks_[p].pins = 0;
+          index_.Erase(p);
+          --pending_blocks_;
+        }
+        rec.pending.resize(*read);
+        for (EntryId e : rec.pending) blocks_[e].in_remote = true;
+        stats_.remote_fetched_blocks += *read;
+        TierStats& host = stats_.tiers[Index(TierKind::kHost)];
+        host.promotions_in += *read;
+        host.bytes_in += *read * block_bytes_[ns];
+        if (rec.pending.empty()) {
+          pending->Abort();
+        } else {
+          pending->Commit().IgnoreError();  // an open allocation commits
+        }
+        AcquireLocal(ns, *chain, kind, std::move(*callback));
+      });
+  if (!queued) {
+    pending->Abort();
+    AcquireLocal(ns, *chain, kind, std::move(*callback));
+  }
+}
+
+void CacheEngine::WriteRemote(EntryId id) {
+  Block& b = blocks_[id];
+  if (b.in_remote || b.state != State::kReady) return;
+  Tier& src = *tiers_[Index(b.tier)];
+  if (!src.holds_bytes()) return;
+  const uint64_t bytes = BlockBytes(id);
+  auto copy = std::make_shared<std::vector<std::byte>>(bytes);
+  const std::span<std::byte> view = src.HostView(b.slot, bytes);
+  if (!view.empty()) {
+    std::memcpy(copy->data(), view.data(), bytes);
+  } else if (!src.Read(b.slot, *copy).ok()) {
+    ++stats_.remote_write_dropped;
+    return;
+  }
+  const NamespaceId ns = index_.ns(id);
+  const BlockKey key = index_.key(id);
+  const EntryId parent = index_.parent(id);
+  std::optional<BlockKey> parent_key;
+  if (parent != kNoEntry) parent_key = index_.key(parent);
+  const bool queued = SubmitRemote(
+      [r = remote_.get(), rns = remote_ns_[ns], key, copy] { return r->Write(rns, key, *copy); },
+      [this, ns, key, parent_key](const Status& s) {
+        if (!s.ok()) {
+          ++stats_.remote_write_dropped;
+          return;
+        }
+        ++stats_.remote_written_blocks;
+        if (record_events_) {
+          if (events_.empty() && events_ready_) events_ready_();
+          events_.push_back({BlockEvent::Kind::kStored, ns, TierKind::kRemote, key, parent_key});
+        }
+      });
+  if (queued) {
+    b.in_remote = true;
+  } else {
+    ++stats_.remote_write_dropped;
+  }
+}
+
+void CacheEngine::Emit(BlockEvent::Kind kind, EntryId id, TierKind tier) {
+  if (!record_events_) return;
+  BlockEvent e{kind, index_.ns(id), tier, index_.key(id), std::nullopt};
+  if (kind == BlockEvent::Kind::kStored) {
+    const EntryId parent = index_.parent(id);
+    if (parent != kNoEntry) e.parent = index_.key(parent);
+  }
+  if (events_.empty() && events_ready_) events_ready_();
+  events_.push_back(std::move(e));
+}
+
+void CacheEngine::TakeEvents(std::vector<BlockEvent>* out) {
+  out->clear();
+  out->swap(events_);
+}
+
+}  // namespace kvtier::tiers
