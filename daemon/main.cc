@@ -220,6 +220,7 @@ int Run(const DaemonConfig& config) {
                   !deployment_secret.empty() ? std::span<const std::byte>(deployment_secret)
                   : ssd != nullptr           ? ssd->persistent_secret()
                                              : std::span<const std::byte>());
+  service.SetEventPublisher(publisher.get());
   auto server = Server::Create(io, service, config);
   if (!server) {
     Log(LogLevel::kError, server.status().ToString());

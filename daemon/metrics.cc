@@ -122,6 +122,15 @@ class Families {
     }
   }
 
+  // One sample per (label value, count) pair.
+  void Labelled(const char* name, MetricType type, const char* help, const char* label,
+                std::initializer_list<std::pair<const char*, uint64_t>> values) {
+    MetricFamily& f = Add(name, type, help);
+    for (const auto& [value, n] : values) {
+      f.metric.push_back(Sample(type, static_cast<double>(n), {{label, value}}));
+    }
+  }
+
   void LatencyHistogram(const char* name, const char* help) {
     MetricFamily& f = Add(name, MetricType::Histogram, help);
     for (size_t i = 0; i < kNumOpcodes; ++i) {
@@ -308,6 +317,48 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
   f.Scalar("kvtier_prefetched_used_blocks_total", kCounter,
            "Prefetched blocks acquired afterwards (the prefetch saved the request a disk read)",
            static_cast<double>(e.prefetched_used));
+  // The remote tier (only with one).
+  if (e.remote_present) {
+    const tiers::RemoteStats& r = e.remote;
+    f.Scalar("kvtier_remote_paused", kGauge,
+             "1 while the remote tier is paused after a failure (lookups miss, writes drop)",
+             r.paused ? 1 : 0);
+    f.Scalar("kvtier_remote_pauses_total", kCounter, "Times the remote tier paused",
+             static_cast<double>(r.pauses));
+    f.Scalar("kvtier_remote_errors_total", kCounter,
+             "Remote calls the cluster failed (unreachable, timeouts, CLUSTERDOWN)",
+             static_cast<double>(r.errors));
+    f.Scalar("kvtier_remote_lookup_hit_blocks_total", kCounter,
+             "Looked-up blocks found only in the remote tier",
+             static_cast<double>(e.remote_lookup_hits));
+    f.Labelled("kvtier_remote_read_blocks_total", kCounter,
+               "Blocks read from the remote tier, by outcome: hit (verified and served), miss "
+               "(absent), corrupt (not exactly the block: a miss)",
+               "outcome", {{"hit", r.read_hits}, {"miss", r.read_misses}, {"corrupt", r.corrupt}});
+    f.Scalar("kvtier_remote_written_blocks_total", kCounter,
+             "Blocks this node wrote to the remote tier", static_cast<double>(r.writes));
+    f.Scalar("kvtier_remote_write_dropped_blocks_total", kCounter,
+             "Blocks not written to the remote tier: its queue full, paused, full or failing",
+             static_cast<double>(e.remote_write_dropped));
+    f.Labelled("kvtier_remote_bytes_total", kCounter,
+               "Block payload bytes moved to and from the remote tier", "direction",
+               {{"read", r.bytes_read}, {"written", r.bytes_written}});
+    f.Scalar("kvtier_remote_in_flight", kGauge, "Remote calls queued or running now",
+             static_cast<double>(e.remote_in_flight));
+  }
+  // KV events (only when on).
+  if (s.events) {
+    f.Labelled(
+        "kvtier_events_batches_total", kCounter,
+        "KV-event batches, by outcome: published (numbered and sent) or dropped (the "
+        "publisher's queue full)",
+        "outcome",
+        {{"published", s.events->batches_published}, {"dropped", s.events->batches_dropped}});
+    f.Scalar("kvtier_events_total", kCounter, "Events in the published batches",
+             static_cast<double>(s.events->events_published));
+    f.Scalar("kvtier_events_replay_requests_total", kCounter, "Replay requests answered",
+             static_cast<double>(s.events->replay_requests));
+  }
   std::vector<MetricFamily> out = f.Take();
   out.front().metric.front().label = {{"version", Version()}};
   return out;
@@ -456,6 +507,33 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
     add(p + "policy_switches", t.adaptive->switches);
     add(p + "policy_sampled_refs", t.adaptive->sampled_refs);
     add(p + "policy_sample_stride", t.adaptive->sample_stride);
+  }
+  add("tier.remote.present", st.remote_present ? 1 : 0);
+  if (st.remote_present) {
+    const tiers::RemoteStats& r = st.remote;
+    add("tier.remote.description", st.remote_description);
+    add("tier.remote.paused", r.paused ? 1 : 0);
+    add("tier.remote.pauses", r.pauses);
+    add("tier.remote.errors", r.errors);
+    add("tier.remote.last_error", r.last_error);
+    add("tier.remote.lookups", r.lookups);
+    add("tier.remote.lookup_hits", st.remote_lookup_hits);
+    add("tier.remote.negative_hits", r.negative_hits);
+    add("tier.remote.hits", r.read_hits);
+    add("tier.remote.read_misses", r.read_misses);
+    add("tier.remote.corrupt", r.corrupt);
+    add("tier.remote.written_blocks", r.writes);
+    add("tier.remote.write_dropped", st.remote_write_dropped);
+    add("tier.remote.bytes_read", r.bytes_read);
+    add("tier.remote.bytes_written", r.bytes_written);
+    add("tier.remote.in_flight", st.remote_in_flight);
+  }
+  add("events.enabled", s.events ? 1 : 0);
+  if (s.events) {
+    add("events.batches_published", s.events->batches_published);
+    add("events.batches_dropped", s.events->batches_dropped);
+    add("events.events_published", s.events->events_published);
+    add("events.replay_requests", s.events->replay_requests);
   }
   // Latency histograms: the bucket bounds once, then per operation its
   // counts per bucket (not cumulative; the last is above the last bound),

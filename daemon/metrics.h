@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +89,14 @@ struct DaemonSnapshot {
   uint64_t protocol_errors = 0;                   // malformed frames (their connection was closed)
   std::array<uint64_t, kNumRefusals> refusals{};  // by Refusal
   RequestStats ops;
+  // The KV-event publisher ([events]); absent when events are off.
+  struct Events {
+    uint64_t batches_published = 0;
+    uint64_t events_published = 0;
+    uint64_t batches_dropped = 0;
+    uint64_t replay_requests = 0;
+  };
+  std::optional<Events> events;
 };
 
 // The lower-case name of an opcode, as metrics label it: "lookup", "set_retention".

@@ -501,6 +501,11 @@ DaemonSnapshot Service::Snapshot() const {
   snap.protocol_errors = protocol_errors_;
   snap.refusals = refusals_;
   snap.ops = ops_;
+  if (publisher_ != nullptr) {
+    const KvEventPublisher::Stats e = publisher_->stats();
+    snap.events = DaemonSnapshot::Events{e.batches_published, e.events_published, e.batches_dropped,
+                                         e.replay_requests};
+  }
   return snap;
 }
 

@@ -15,6 +15,7 @@
 
 #include "daemon/asio.h"
 #include "daemon/config.h"
+#include "daemon/kv_events.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "protocol/wire.h"
@@ -76,6 +77,9 @@ class Service {
   uint64_t sessions() const { return sessions_; }
   // Every figure STATS and /metrics report, now.
   DaemonSnapshot Snapshot() const;
+  // The KV-event publisher whose counters snapshots carry; null: events off.
+  // Must outlive the Service.
+  void SetEventPublisher(const KvEventPublisher* publisher) { publisher_ = publisher; }
 
  private:
   Status Hello(SessionState& s, const protocol::FrameHeader& h, const protocol::HelloRequest& r,
@@ -106,6 +110,7 @@ class Service {
   tiers::CacheEngine& engine_;
   const DaemonConfig& config_;
   asio::thread_pool& copy_pool_;
+  const KvEventPublisher* publisher_ = nullptr;
   std::vector<std::byte> master_secret_;
   uint64_t next_session_id_ = 1;
   uint64_t sessions_ = 0;

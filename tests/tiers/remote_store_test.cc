@@ -55,24 +55,49 @@ std::vector<BlockKey> Chain(uint64_t seed, size_t n) {
   return keys;
 }
 
+// One cluster for the suite (starting one takes ~2 s); each test keeps to
+// keys of its own (its name as the key prefix).
 class RemoteStoreTest : public ::testing::Test {
  protected:
+  static void SetUpTestSuite() { shared_ = RedisHarness::Start().release(); }
+  static void TearDownTestSuite() {
+    delete shared_;
+    shared_ = nullptr;
+  }
   void SetUp() override {
-    redis_ = RedisHarness::Start();
+    redis_ = shared_;
     ASSERT_NE(redis_, nullptr);
+  }
+  static std::string Prefix() {
+    return std::string("t-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
   }
   std::unique_ptr<RemoteStore> Open(const Clock* clock = &SystemClock(),
                                     std::vector<std::byte> secret = Secret(7)) {
     RemoteStoreOptions o;
     o.redis = OptionsFor(*redis_);
     o.clock = clock;
+    o.key_prefix = Prefix();
     auto store = RemoteStore::Open(o, secret);
     EXPECT_TRUE(store.ok()) << store.status().ToString();
     return store ? std::move(*store) : nullptr;
   }
   RemoteNamespace Ns() const { return {RemoteNamespaceId("m", "", SmallLayout()), SmallLayout()}; }
 
-  std::unique_ptr<RedisHarness> redis_;
+  static RedisHarness* shared_;
+  RedisHarness* redis_ = nullptr;
+};
+
+RedisHarness* RemoteStoreTest::shared_ = nullptr;
+
+// A cluster of its own: the test stops it.
+class RemoteStoreDownTest : public RemoteStoreTest {
+ protected:
+  void SetUp() override {
+    own_ = RedisHarness::Start();
+    redis_ = own_.get();
+    ASSERT_NE(redis_, nullptr);
+  }
+  std::unique_ptr<RedisHarness> own_;
 };
 
 TEST(RedisClusterSingleServerTest, ServesEverySlotFromOneServer) {
@@ -132,7 +157,7 @@ TEST_F(RemoteStoreTest, FollowsMovedAndAskThroughAResharding) {
   auto cluster = RedisCluster::Connect(OptionsFor(*redis_));
   ASSERT_TRUE(cluster.ok());
   std::vector<std::string> names;
-  for (int i = 0; i < 2000; ++i) names.push_back("r:" + std::to_string(i));
+  for (int i = 0; i < 1000; ++i) names.push_back("r:" + std::to_string(i));
   std::vector<RedisCommand> sets, gets;
   for (const auto& n : names) sets.push_back({{"SET", n, n}, 1});
   for (const auto& n : names) gets.push_back({{"GET", n}, 1});
@@ -154,7 +179,7 @@ TEST_F(RemoteStoreTest, FollowsMovedAndAskThroughAResharding) {
   });
   const int from = redis_->MasterOf(0);  // the reshard moves a node's lowest slots first
   ASSERT_GE(from, 0);
-  EXPECT_TRUE(redis_->Reshard(from, (from + 1) % 3, 2000));
+  EXPECT_TRUE(redis_->Reshard(from, (from + 1) % 3, 600));
   done = true;
   reader.join();
   EXPECT_GT(rounds.load(), 0);
@@ -253,17 +278,18 @@ TEST_F(RemoteStoreTest, RefusesANodeWithAnotherDeploymentSecret) {
   ASSERT_NE(first, nullptr);
   RemoteStoreOptions o;
   o.redis = OptionsFor(*redis_);
+  o.key_prefix = Prefix();
   auto second = RemoteStore::Open(o, Secret(2));
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(second.status().message().find("another deployment secret"), std::string::npos);
   auto same = RemoteStore::Open(o, Secret(1));
   EXPECT_TRUE(same.ok());
-  o.key_prefix = "other-deployment";
+  o.key_prefix = Prefix() + "-other-deployment";
   EXPECT_TRUE(RemoteStore::Open(o, Secret(2)).ok());
 }
 
-TEST_F(RemoteStoreTest, AClusterGoneTurnsIntoMissesAndAPauseThatRetriesByItself) {
+TEST_F(RemoteStoreDownTest, AClusterGoneTurnsIntoMissesAndAPauseThatRetriesByItself) {
   ManualClock clock(1'000 * kNsPerSec);
   auto store = Open(&clock);
   const RemoteNamespace ns = Ns();

@@ -1,0 +1,315 @@
+// Two kvtierd processes (two nodes) sharing a remote tier on a real Redis
+// Cluster, through the real client: a prefix written through one is found and
+// read byte-exact through the other (write-through at once, write-back after
+// the first evicts it), and the cluster's failures (a master killed, a
+// resharding, maxmemory, the whole cluster stopped) turn into misses, never
+// into wrong bytes or failed requests.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "client/client.h"
+#include "daemon_harness.h"
+#include "redis_harness.h"
+
+namespace kvtier::testing {
+namespace {
+
+using client::Client;
+using client::ClientOptions;
+using prefix_index::BlockKey;
+using prefix_index::TokenId;
+using protocol::WireTier;
+using protocol::WireWriteState;
+
+constexpr uint64_t kBlockBytes = 16 * 1024;  // Layout{2, 2, 64, fp16, 16}
+
+std::vector<TokenId> Prompt(uint32_t seed, size_t blocks) {
+  std::mt19937 rng(seed);
+  std::vector<TokenId> t(blocks * 16);
+  for (auto& x : t) x = static_cast<TokenId>(rng() % 50'000);
+  return t;
+}
+
+std::string StatOf(Client& c, const std::string& name) {
+  auto s = c.Stats();
+  if (!s.ok()) return "";
+  for (const auto& [k, v] : *s) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+uint64_t Num(const std::string& s) { return s.empty() ? 0 : std::stoull(s); }
+
+class RemoteTest : public ::testing::Test {
+ protected:
+  void StartCluster(const RedisClusterSpec& spec = {}) {
+    redis_ = RedisHarness::Start(spec);
+    ASSERT_NE(redis_, nullptr);
+    char tmpl[] = "/tmp/kvtier-secret-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    secret_ = WriteSecret("a", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
+  }
+  void TearDown() override {
+    nodes_.clear();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  std::string WriteSecret(const std::string& name, const std::string& hex) {
+    const std::string path = dir_ + "/" + name + ".secret";
+    std::ofstream(path) << hex << "\n";
+    std::filesystem::permissions(
+        path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    return path;
+  }
+  std::vector<std::string> NodeArgs(std::vector<std::string> extra = {}) const {
+    std::vector<std::string> args = {"--remote-seeds", redis_->seed_list(), "--remote-secret-file",
+                                     secret_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+  Daemon* StartNode(std::vector<std::string> extra = {}) {
+    auto d = Daemon::Start(NodeArgs(std::move(extra)));
+    EXPECT_NE(d, nullptr);
+    if (!d) return nullptr;
+    nodes_.push_back(std::move(d));
+    return nodes_.back().get();
+  }
+  static std::unique_ptr<Client> Connect(Daemon& d) {
+    ClientOptions o;
+    o.socket_path = d.socket();
+    o.model = "llama-test";
+    o.layout = Layout{2, 2, 64, DType::kFloat16, 16};
+    o.client_name = "remote-test";
+    o.io_timeout_ms = 20'000;
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString() << "\n" << d.Log();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+  static std::vector<BlockKey> Put(Client& c, const std::vector<TokenId>& tokens) {
+    const auto keys = c.Keys(tokens);
+    auto w = c.Allocate(keys, std::nullopt, WireTier::kHost);
+    EXPECT_TRUE(w.ok()) << w.status().ToString();
+    if (!w.ok()) return keys;
+    for (size_t i = 0; i < w->size(); ++i) {
+      if (w->state(i) == WireWriteState::kAllocated) FillPattern(w->Bytes(i), keys[i]);
+    }
+    EXPECT_TRUE(w->Commit().ok());
+    return keys;
+  }
+  // Acquires `keys` in the host; every leased block must be exactly its
+  // block. Returns how many were leased.
+  static size_t AcquireChecked(Client& c, const std::vector<BlockKey>& keys, size_t* wrong) {
+    auto lease = c.Acquire(keys);
+    EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+    if (!lease.ok()) return 0;
+    for (size_t i = 0; i < lease->size(); ++i) {
+      if (!MatchesPattern(lease->Bytes(i), keys[i])) ++*wrong;
+    }
+    const size_t n = lease->size();
+    EXPECT_TRUE(lease->Release().ok());
+    return n;
+  }
+  // Waits until the node's STATS entry reaches `at_least`.
+  static bool WaitStat(Client& c, const std::string& name, uint64_t at_least) {
+    for (int i = 0; i < 200; ++i) {
+      if (Num(StatOf(c, name)) >= at_least) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+  }
+
+  std::unique_ptr<RedisHarness> redis_;
+  std::string dir_, secret_;
+  std::vector<std::unique_ptr<Daemon>> nodes_;
+};
+
+TEST_F(RemoteTest, WriteThroughAPrefixIsReadByteExactThroughAnotherNodeAtOnce) {
+  StartCluster();
+  Daemon* node_a = StartNode({"--remote-write-through"});
+  Daemon* node_b = StartNode();
+  ASSERT_TRUE(node_a && node_b);
+  auto a = Connect(*node_a);
+  auto b = Connect(*node_b);
+  const auto tokens = Prompt(1, 10);
+  const auto keys = Put(*a, tokens);
+  ASSERT_EQ(b->Keys(tokens), keys);  // one deployment secret: the same keys
+  ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 10));
+  auto found = b->Lookup(keys);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->tiers, std::vector<WireTier>(10, WireTier::kRemote));
+  size_t wrong = 0;
+  EXPECT_EQ(AcquireChecked(*b, keys, &wrong), 10u);
+  EXPECT_EQ(wrong, 0u);
+  // Now in B's own host tier.
+  EXPECT_EQ(b->Lookup(keys)->tiers, std::vector<WireTier>(10, WireTier::kHost));
+  EXPECT_EQ(StatOf(*b, "tier.remote.hits"), "10");
+  // Inline GET reaches the remote tier as well.
+  const auto other = Put(*a, Prompt(2, 3));
+  ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 13));
+  auto got = b->GetInline(other);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->hits, 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(
+        MatchesPattern(std::span(got->data).subspan(i * kBlockBytes, kBlockBytes), other[i]));
+  }
+}
+
+TEST_F(RemoteTest, WriteBackAPrefixReachesAnotherNodeAfterTheFirstEvictsIt) {
+  StartCluster();
+  // 64 blocks of host: two more prompts of 32 evict the first.
+  Daemon* node_a = StartNode({"--host-capacity", "1MiB", "--host-slab", "1MiB"});
+  Daemon* node_b = StartNode();
+  ASSERT_TRUE(node_a && node_b);
+  auto a = Connect(*node_a);
+  auto b = Connect(*node_b);
+  const auto keys = Put(*a, Prompt(3, 8));
+  EXPECT_EQ(StatOf(*a, "tier.remote.written_blocks"), "0");  // still in A's memory
+  Put(*a, Prompt(4, 32));
+  Put(*a, Prompt(5, 32));
+  ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 8));
+  auto found = b->Lookup(keys);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->tiers.size(), 8u);
+  size_t wrong = 0;
+  EXPECT_EQ(AcquireChecked(*b, keys, &wrong), 8u);
+  EXPECT_EQ(wrong, 0u);
+}
+
+TEST_F(RemoteTest, ANodeWithAnotherDeploymentSecretIsRefused) {
+  StartCluster();
+  ASSERT_NE(StartNode(), nullptr);
+  const std::string other =
+      WriteSecret("b", "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100");
+  std::string log;
+  const int status = RunDaemonToExit(
+      {"--socket", dir_ + "/b.sock", "--no-reserve-memory", "--ssd-dir", "", "--metrics-address",
+       "", "--remote-seeds", redis_->seed_list(), "--remote-secret-file", other},
+      &log);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << log;
+  EXPECT_NE(log.find("another deployment secret"), std::string::npos) << log;
+  // Without the secret file at all: a clear error too.
+  const int no_secret = RunDaemonToExit({"--socket", dir_ + "/c.sock", "--no-reserve-memory",
+                                         "--ssd-dir", "", "--remote-seeds", redis_->seed_list()},
+                                        &log);
+  EXPECT_TRUE(WIFEXITED(no_secret) && WEXITSTATUS(no_secret) != 0);
+  EXPECT_NE(log.find("remote.secret_file"), std::string::npos) << log;
+}
+
+TEST_F(RemoteTest, AClusterStoppedLeavesTheNodeServingItsOwnTiers) {
+  StartCluster();
+  Daemon* node_a = StartNode({"--remote-write-through"});
+  Daemon* node_b = StartNode();
+  ASSERT_TRUE(node_a && node_b);
+  auto a = Connect(*node_a);
+  auto b = Connect(*node_b);
+  const auto shared = Put(*a, Prompt(6, 4));
+  ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 4));
+  redis_->KillAll();
+  // B's lookups and acquires of what only the cluster had: misses, no errors.
+  auto found = b->Lookup(shared);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(found->tiers.size(), 0u);
+  size_t wrong = 0;
+  EXPECT_EQ(AcquireChecked(*b, shared, &wrong), 0u);
+  // Both nodes keep serving their own tiers.
+  for (Client* c : {a.get(), b.get()}) {
+    const auto keys = Put(*c, Prompt(7, 5));
+    EXPECT_EQ(c->Lookup(keys)->tiers.size(), 5u);
+    EXPECT_EQ(AcquireChecked(*c, keys, &wrong), 5u);
+  }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(StatOf(*b, "tier.remote.paused"), "1");
+  EXPECT_TRUE(node_a->Alive() && node_b->Alive());
+  EXPECT_NE(node_b->Log().find("remote tier paused"), std::string::npos) << node_b->Log();
+}
+
+TEST_F(RemoteTest, AFullClusterGivesMissesNotErrors) {
+  RedisClusterSpec spec;
+  spec.maxmemory = "4mb";
+  StartCluster(spec);
+  Daemon* node_a = StartNode({"--remote-write-through"});
+  Daemon* node_b = StartNode();
+  ASSERT_TRUE(node_a && node_b);
+  auto a = Connect(*node_a);
+  auto b = Connect(*node_b);
+  // 1,200 blocks of 16 KiB: 19 MiB against 3 x 4 MiB of cluster.
+  std::vector<std::vector<BlockKey>> prompts;
+  for (uint32_t p = 0; p < 120; ++p) prompts.push_back(Put(*a, Prompt(100 + p, 10)));
+  ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 1200))
+      << StatOf(*a, "tier.remote.write_dropped");
+  size_t hits = 0, wrong = 0;
+  for (const auto& keys : prompts) {
+    auto found = b->Lookup(keys);
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    hits += AcquireChecked(*b, keys, &wrong);
+  }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_GT(hits, 0u);
+  EXPECT_LT(hits, 1200u);  // the cluster evicted the rest: misses
+  EXPECT_EQ(StatOf(*b, "tier.remote.errors"), "0");
+}
+
+TEST_F(RemoteTest, AMasterKilledUnderLoadGivesMissesNeverWrongBytesAndWritesResume) {
+  RedisClusterSpec spec;
+  spec.replicas_per_master = 1;
+  StartCluster(spec);
+  Daemon* node_a = StartNode({"--remote-write-through"});
+  Daemon* node_b = StartNode();
+  ASSERT_TRUE(node_a && node_b);
+  auto a = Connect(*node_a);
+  auto b = Connect(*node_b);
+  std::vector<std::vector<BlockKey>> prompts;
+  for (uint32_t p = 0; p < 40; ++p) prompts.push_back(Put(*a, Prompt(200 + p, 6)));
+  ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 240));
+  size_t wrong = 0, leased = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    if (p == 10) redis_->Kill(redis_->MasterOf(0));
+    leased += AcquireChecked(*b, prompts[p], &wrong);
+  }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_GT(leased, 0u);
+  ASSERT_TRUE(redis_->WaitHealthy());
+  // Writes resume once the replica has taken over (and the pause ran out).
+  const uint64_t before = Num(StatOf(*a, "tier.remote.written_blocks"));
+  bool resumed = false;
+  for (uint32_t p = 0; p < 100 && !resumed; ++p) {
+    Put(*a, Prompt(300 + p, 4));
+    resumed = WaitStat(*a, "tier.remote.written_blocks", before + 4);
+  }
+  EXPECT_TRUE(resumed) << node_a->Log();
+}
+
+TEST_F(RemoteTest, AReshardingUnderLoadFailsNoRequest) {
+  StartCluster();
+  Daemon* node_a = StartNode({"--remote-write-through"});
+  Daemon* node_b = StartNode();
+  ASSERT_TRUE(node_a && node_b);
+  auto a = Connect(*node_a);
+  auto b = Connect(*node_b);
+  std::vector<std::vector<BlockKey>> prompts;
+  for (uint32_t p = 0; p < 60; ++p) prompts.push_back(Put(*a, Prompt(400 + p, 5)));
+  ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 300));
+  std::atomic<bool> done{false};
+  std::thread reshard([&] {
+    const int from = redis_->MasterOf(0);
+    EXPECT_TRUE(redis_->Reshard(from, (from + 1) % 3, 1000));
+    done = true;
+  });
+  size_t wrong = 0, leased = 0;
+  for (const auto& keys : prompts) leased += AcquireChecked(*b, keys, &wrong);
+  reshard.join();
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(leased, 300u);  // MOVED and ASK followed: every block found
+  EXPECT_EQ(StatOf(*b, "tier.remote.errors"), "0");
+}
+
+}  // namespace
+}  // namespace kvtier::testing
