@@ -6,9 +6,7 @@
 #include <cstring>
 
 #include "daemon/log.h"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "prefix_index/namespace_secret.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -156,19 +154,8 @@ void Service::CloseSession(SessionState& session) {
 
 std::array<std::byte, protocol::kNamespaceSecretBytes> Service::NamespaceSecret(
     const std::string& model, const std::string& salt) const {
-  // secret = XXH3-128(master || model || 0 || salt), seeded 0 and 1: stable
-  // for a namespace while the master secret is, unrelated across namespaces.
-  std::vector<std::byte> input(master_secret_);
-  for (char c : model) input.push_back(static_cast<std::byte>(c));
-  input.push_back(std::byte{0});
-  for (char c : salt) input.push_back(static_cast<std::byte>(c));
-  std::array<std::byte, protocol::kNamespaceSecretBytes> out;
-  for (uint64_t half = 0; half < 2; ++half) {
-    const XXH128_hash_t h = XXH3_128bits_withSeed(input.data(), input.size(), half);
-    std::memcpy(out.data() + 16 * half, &h.low64, 8);
-    std::memcpy(out.data() + 16 * half + 8, &h.high64, 8);
-  }
-  return out;
+  static_assert(protocol::kNamespaceSecretBytes == prefix_index::kNamespaceSecretBytes);
+  return prefix_index::DeriveNamespaceSecret(master_secret_, model, salt);
 }
 
 template <typename F>

@@ -229,3 +229,74 @@ TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
 
 }  // namespace
 }  // namespace kvtier::daemon
+
+namespace kvtier::daemon {
+namespace {
+
+TEST_F(ConfigTest, RemoteAndEventsKeysAreRead) {
+  auto c = Load(R"(
+[remote]
+seeds = ["10.0.0.1:7000", "10.0.0.2:7000"]
+secret_file = "/etc/kvtier/deployment.secret"
+key_prefix = "prod"
+connections = 2
+io_threads = 3
+queue = 64
+connect_timeout_ms = 100
+timeout_ms = 500
+pause_ms = 2000
+negative_ttl_ms = 250
+write_through = true
+
+[events]
+enabled = true
+endpoint = "ipc:///run/kvtier/events"
+replay_endpoint = "ipc:///run/kvtier/replay"
+buffer_batches = 50
+hwm = 10
+topic_prefix = "node-a/"
+)");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->remote_seeds, (std::vector<std::string>{"10.0.0.1:7000", "10.0.0.2:7000"}));
+  EXPECT_EQ(c->remote_secret_file, "/etc/kvtier/deployment.secret");
+  EXPECT_EQ(c->remote_key_prefix, "prod");
+  EXPECT_EQ(c->remote_connections, 2u);
+  EXPECT_EQ(c->remote_io_threads, 3u);
+  EXPECT_EQ(c->remote_queue, 64u);
+  EXPECT_EQ(c->remote_connect_timeout_ms, 100u);
+  EXPECT_EQ(c->remote_timeout_ms, 500u);
+  EXPECT_EQ(c->remote_pause_ms, 2000u);
+  EXPECT_EQ(c->remote_negative_ttl_ms, 250u);
+  EXPECT_TRUE(c->remote_write_through);
+  EXPECT_TRUE(c->events_enabled);
+  EXPECT_EQ(c->events_endpoint, "ipc:///run/kvtier/events");
+  EXPECT_EQ(c->events_replay_endpoint, "ipc:///run/kvtier/replay");
+  EXPECT_EQ(c->events_buffer_batches, 50u);
+  EXPECT_EQ(c->events_hwm, 10u);
+  EXPECT_EQ(c->events_topic_prefix, "node-a/");
+  EXPECT_TRUE(c->Validate().ok());
+}
+
+TEST_F(ConfigTest, ARemoteTierNeedsItsDeploymentSecretAndNoOtherMaster) {
+  DaemonConfig c;
+  c.remote_seeds = {"127.0.0.1:7000"};
+  EXPECT_NE(c.Validate().message().find("remote.secret_file"), std::string::npos);
+  c.remote_secret_file = "/etc/kvtier/deployment.secret";
+  EXPECT_TRUE(c.Validate().ok());
+  c.secret_hex = "00112233445566778899aabbccddeeff";
+  EXPECT_NE(c.Validate().message().find("drop server.secret"), std::string::npos);
+  c.secret_hex.clear();
+  c.remote_key_prefix = "a b";
+  EXPECT_FALSE(c.Validate().ok());
+  c.remote_key_prefix = "kvtier";
+  c.remote_connections = 0;
+  EXPECT_FALSE(c.Validate().ok());
+  // A comma-separated string works too (the --remote-seeds form).
+  auto loaded = Load("[remote]\nseeds = \"a:1, b:2\"\nsecret_file = \"/s\"\n");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->remote_seeds, (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_FALSE(Load("[remote]\nseed = [\"a:1\"]\n").ok());  // unknown key, named
+}
+
+}  // namespace
+}  // namespace kvtier::daemon
