@@ -118,6 +118,7 @@ std::string Quantile(double q, const std::vector<uint64_t>& bounds_us,
 class Table {
  public:
   void Row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  bool empty() const { return rows_.empty(); }
   void Print() const {
     std::vector<size_t> width;
     for (const auto& r : rows_) {
@@ -173,7 +174,47 @@ void PrintTiers(const Figures& f) {
            Int(f.Num(p + "hits")), Int(f.Num(p + "evictions")), Int(f.Num(p + "demotions_in")),
            Int(f.Num(p + "promotions_in")), FormatBytes(f.Num(p + "bytes_in")), Policy(f, p)});
   }
+  // The remote tier holds what the cluster holds (shared, not accounted
+  // here): its row has hits and traffic, and whether it is paused.
+  if (f.Num("tier.remote.present") == 0) {
+    t.Row({"remote", "off"});
+  } else {
+    t.Row({f.Num("tier.remote.paused") != 0 ? "remote (PAUSED)" : "remote", "shared", "-",
+           Int(f.Num("tier.remote.written_blocks")) + " written", "-",
+           Int(f.Num("tier.remote.lookup_hits")), Int(f.Num("tier.remote.hits")), "-", "-", "-",
+           FormatBytes(f.Num("tier.remote.bytes_read")), "cluster's own"});
+  }
   t.Print();
+}
+
+// The remote tier's traffic and failures, and the KV events; one line each
+// when on.
+void PrintRemoteAndEvents(const Figures& f) {
+  Table t;
+  if (f.Num("tier.remote.present") != 0) {
+    t.Row({"remote", f.Text("tier.remote.description")});
+    t.Row(
+        {"", Int(f.Num("tier.remote.hits")) + " blocks read, " +
+                 Int(f.Num("tier.remote.read_misses")) + " missing, " +
+                 Int(f.Num("tier.remote.corrupt")) + " not the block (misses); " +
+                 Int(f.Num("tier.remote.written_blocks")) + " written (" +
+                 FormatBytes(f.Num("tier.remote.bytes_written")) + "), " +
+                 Int(f.Num("tier.remote.write_dropped")) + " not written; " +
+                 Int(f.Num("tier.remote.errors")) + " errors, " + Int(f.Num("tier.remote.pauses")) +
+                 " pauses" +
+                 (f.Num("tier.remote.paused") != 0 ? "; PAUSED: " + f.Text("tier.remote.last_error")
+                                                   : std::string())});
+  }
+  if (f.Num("events.enabled") != 0) {
+    t.Row({"events", Int(f.Num("events.batches_published")) + " batches (" +
+                         Int(f.Num("events.events_published")) + " events) published, " +
+                         Int(f.Num("events.batches_dropped")) + " dropped, " +
+                         Int(f.Num("events.replay_requests")) + " replays"});
+  }
+  if (!t.empty()) {
+    std::printf("\n");
+    t.Print();
+  }
 }
 
 void PrintTotals(const Figures& f) {
@@ -261,6 +302,7 @@ void PrintHuman(const Entries& entries, const Entries* previous, double seconds)
       Int(f.Num("sessions_opened")).c_str(), Int(f.Num("namespaces")).c_str(),
       Int(f.Num("open_leases")).c_str(), Int(f.Num("open_allocations")).c_str());
   PrintTiers(f);
+  PrintRemoteAndEvents(f);
   std::printf("\n");
   PrintTotals(f);
   std::printf("\n");
