@@ -13,7 +13,7 @@ const char* MediumOf(tiers::TierKind tier) {
     case tiers::TierKind::kHost:
       return "CPU";
     case tiers::TierKind::kSsd:
-      return "DISK";
+      return "STORAGE";
     case tiers::TierKind::kRemote:
       return "REMOTE";
   }

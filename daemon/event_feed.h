@@ -6,10 +6,10 @@
 // Mapping (vLLM's schema): a block's hash is the low 64 bits of its key (the
 // integer form vLLM sends); consecutive stored blocks of one chain in one
 // tier become one BlockStored with the chain's parent; the medium is "GPU",
-// "CPU", "DISK" or "REMOTE" for the device, host, ssd and remote tiers;
-// block_size is the namespace's tokens per block. kvtierd sees keys, never
-// tokens, so token_ids is empty: a router computes kvtier's keys from its
-// tokens with the deployment secret (docs/operations.md, "KV events").
+// "CPU", "STORAGE" (vLLM's name for offloaded storage) or "REMOTE" for the device, host, ssd and
+// remote tiers; block_size is the namespace's tokens per block. kvtierd sees keys, never tokens, so
+// token_ids is empty: a router computes kvtier's keys from its tokens with the deployment secret
+// (docs/operations.md, "KV events").
 //
 // Thread-safety: Flush() runs on the engine's thread.
 #pragma once
@@ -29,8 +29,9 @@ class EventFeed {
 
   // Publishes what the engine recorded since the last Flush.
   void Flush();
-  // Publishes one AllBlocksCleared under every topic prefix's "" model: a
-  // new daemon tells routers to forget what an earlier one said.
+  // Publishes one AllBlocksCleared under the bare topic prefix: a new
+  // daemon tells routers to forget what an earlier one said (those
+  // subscribed to the prefix, or replaying from 0).
   void Cleared();
 
  private:

@@ -57,7 +57,7 @@ struct KvEvent {
   std::vector<uint32_t> token_ids;
   // Stored: tokens per block.
   uint32_t block_size = 0;
-  // Stored and removed: where the blocks are, "GPU", "CPU", "DISK",
+  // Stored and removed: where the blocks are, "GPU", "CPU", "STORAGE",
   // "REMOTE"; empty is written as nil (vLLM's "unspecified").
   std::string medium;
 };

@@ -114,6 +114,14 @@ asio::awaitable<Result<tiers::Lease>> Service::Acquire(prefix_index::NamespaceId
 
 asio::awaitable<Status> Service::Lookup(SessionState& s, const FrameHeader& h,
                                         const protocol::KeysRequest& r, Reply* reply) {
+  if (!engine_.has_remote()) {  // nothing to wait for: no timer, no allocation
+    Result<tiers::LookupResult> found = engine_.Lookup(s.ns, r.keys);
+    if (!found) co_return found.status();
+    protocol::LookupReply rep;
+    for (TierKind t : found->tiers) rep.tiers.push_back(ToWire(t));
+    protocol::EncodeLookupReply(h.request_id, rep, &reply->frame);
+    co_return Status::Ok();
+  }
   // As Acquire: the completion runs inside LookupAsync, or later when the
   // remote tier answers.
   struct Wait {

@@ -320,6 +320,8 @@ class CacheEngine {
   // a remote tier or when there is nothing to ask.
   void LookupAsync(NamespaceId ns, std::span<const BlockKey> keys,
                    std::function<void(Result<LookupResult>)> done);
+  // Whether there is a remote tier (LookupAsync and AcquireAsync may wait).
+  bool has_remote() const { return remote_ != nullptr; }
 
   // Reserves slots in `tier` for the blocks of a chain. `parent` is the key
   // before keys[0] (nullopt: keys[0] starts a prompt); when given it must be

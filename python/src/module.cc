@@ -17,6 +17,8 @@
 #include "core.h"
 #include "handles.h"
 #include "host_buffers.h"
+#include "prefix_index/key_hasher.h"
+#include "prefix_index/namespace_secret.h"
 
 namespace kvtier::python {
 namespace {
@@ -506,6 +508,43 @@ kvtier.hf loads prefixes into these.)");
       "(cap, bytes kept now) of the host buffer cache.");
 }
 
+// For KV-aware routers: keys computed from tokens without a daemon.
+void BindRouter(nb::module_& m) {
+  m.def(
+      "deployment_keys",
+      [](const std::string& secret_hex, const std::string& model, const std::string& salt,
+         uint32_t block_tokens, const std::vector<int64_t>& token_ids) {
+        std::string hex;
+        for (char c : secret_hex) {
+          if (c != ' ' && c != '\n' && c != '\r' && c != '\t') hex.push_back(c);
+        }
+        if (hex.size() < 32 || hex.size() % 2 != 0 ||
+            hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
+          throw nb::value_error("the deployment secret is 32 or more hex digits");
+        }
+        std::vector<std::byte> master;
+        for (size_t i = 0; i < hex.size(); i += 2) {
+          master.push_back(static_cast<std::byte>(std::stoul(hex.substr(i, 2), nullptr, 16)));
+        }
+        const auto ns_secret = prefix_index::DeriveNamespaceSecret(master, model, salt);
+        auto hasher = prefix_index::KeyHasher::Create(ns_secret, block_tokens);
+        if (!hasher) throw nb::value_error(std::string(hasher.status().message()).c_str());
+        return KeysToPython(hasher->Chain(Tokens(token_ids)));
+      },
+      nb::arg("secret_hex"), nb::arg("model"), nb::arg("salt"), nb::arg("block_tokens"),
+      nb::arg("token_ids"),
+      R"(The block keys a kvtier deployment gives the full blocks of token_ids, without a daemon.
+
+For KV-aware routers: every node of a deployment that shares a remote tier
+hashes keys under its deployment secret (remote.secret_file), so a router
+holding the same secret computes, from a request's tokens, the keys whose
+low 64 bits (event_hash) the nodes' KV events name. model and salt name
+the namespace as workers attach to it; block_tokens is its layout's.)");
+  m.def(
+      "event_hash", [](nb::bytes key) { return KeyFromPython(key).lo; }, nb::arg("key"),
+      "The block hash KV events carry for a key: its low 64 bits (vLLM's integer form).");
+}
+
 }  // namespace
 }  // namespace kvtier::python
 
@@ -521,5 +560,6 @@ NB_MODULE(_kvtier, m) {
   BindHandles(m);
   BindClient(m);
   BindHostBuffers(m);
+  BindRouter(m);
   m.attr("DEFAULT_SOCKET") = kvtier::client::kDefaultSocketPath;
 }
