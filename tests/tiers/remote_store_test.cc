@@ -365,6 +365,40 @@ TEST(RemoteStoreFailoverTest, AKilledMasterGivesMissesNeverWrongBytesAndWritesRe
   EXPECT_EQ(buf, Payload(keys[0], bytes));
 }
 
+TEST_F(RemoteStoreDownTest, AMasterKilledWithoutAReplicaGivesMissesNeverWrongBytes) {
+  RemoteStoreOptions o;
+  o.redis = OptionsFor(*redis_);
+  o.pause_ns = 100 * kNsPerMs;
+  o.negative_ttl_ns = 0;
+  o.key_prefix = Prefix();
+  auto store = RemoteStore::Open(o, Secret(4));
+  ASSERT_TRUE(store.ok());
+  const RemoteNamespace ns = Ns();
+  const size_t bytes = ns.layout.BlockBytes();
+  const std::vector<BlockKey> keys = Chain(8, 120);
+  for (const BlockKey& k : keys) ASSERT_TRUE((*store)->Write(ns, k, Payload(k, bytes)).ok());
+  redis_->Kill(redis_->MasterOf(KeySlot((*store)->KeyOf(ns.id, keys[0]))));
+  // No replica takes over: the dead master's keys are gone for good, and
+  // once the others notice, the cluster refuses every key (CLUSTERDOWN).
+  size_t wrong = 0, hits = 0;
+  for (int round = 0; round < 30; ++round) {
+    for (size_t i = 0; i < keys.size(); i += 7) {
+      std::vector<std::byte> buf(bytes);
+      std::span<std::byte> out(buf);
+      if ((*store)->ReadLeading(ns, std::span(&keys[i], 1), std::span(&out, 1)) == 1) {
+        ++hits;
+        wrong += buf != Payload(keys[i], bytes) ? 1u : 0u;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_GT((*store)->stats().errors, 0u);
+  EXPECT_GT((*store)->stats().pauses, 0u);
+  // A write to a dead slot fails cleanly, never hangs past the timeouts.
+  EXPECT_FALSE((*store)->Write(ns, keys[0], Payload(keys[0], bytes)).ok());
+}
+
 TEST(RemoteStoreMaxmemoryTest, AFullClusterEvictsOurValuesAsMissesWithoutErrors) {
   RedisClusterSpec spec;
   spec.maxmemory = "4mb";
