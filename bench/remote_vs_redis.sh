@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The remote tier against raw Redis, in one run on this machine: starts a
+# 3-master Redis Cluster on loopback (Debian's redis-server, no persistence,
+# no replicas, data in a temporary directory), runs bench_remote against it
+# and tears the cluster down at exit, however the script ends.
+#
+# bench_remote measures, for 256 KiB and 2 MiB blocks, RemoteStore::Write
+# (1 and 4 threads, one block per call) and RemoteStore::ReadLeading (1 and
+# 16 blocks per call) in MB/s beside raw SET/GET of the same keys, straight
+# through hiredis to each key's master and through our own RedisCluster
+# client, in alternating rounds; it prints the median ratio ours/peer.
+# Goal: >= 0.8x raw Redis.
+#
+# Usage: bench/remote_vs_redis.sh [build-dir]   (default build-release; a
+# Release build with -DKVTIER_BUILD_BENCH=ON)
+# ROUNDS (default 7), SLICE_MIB (payload per leg, default 128) and SET_MIB
+# (distinct payload per key set, default 64) trade time for stability.
+# ~1 minute; the cluster holds ~260 MiB at most.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-release}
+rounds=${ROUNDS:-7}
+slice=${SLICE_MIB:-128}
+set_mib=${SET_MIB:-64}
+for tool in redis-server redis-cli; do
+  command -v "$tool" >/dev/null || { echo "$tool missing: scripts/install-deps.sh" >&2; exit 1; }
+done
+cmake --build "$build" --target bench_remote >/dev/null
+
+dir=$(mktemp -d /tmp/kvtier-remote-bench-XXXXXX)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# Three free ports whose cluster bus ports (+10000) are free too.
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+ports=()
+candidate=$((20000 + RANDOM % 20000))
+while [ "${#ports[@]}" -lt 3 ]; do
+  candidate=$((candidate + 1))
+  port_free "$candidate" && port_free $((candidate + 10000)) && ports+=("$candidate")
+done
+
+for p in "${ports[@]}"; do
+  redis-server --port "$p" --bind 127.0.0.1 --protected-mode no --dir "$dir" \
+    --save "" --appendonly no --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
+    --daemonize no --logfile "$dir/node-$p.log" &
+  pids+=($!)
+done
+for p in "${ports[@]}"; do
+  for _ in $(seq 100); do
+    [[ $(redis-cli -p "$p" PING 2>/dev/null) == PONG ]] && break
+    sleep 0.05
+  done
+done
+addrs=("${ports[@]/#/127.0.0.1:}")
+seeds=$(IFS=,; echo "${addrs[*]}")
+redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
+  >"$dir/create.log" 2>&1 || { cat "$dir/create.log" >&2; exit 1; }
+for _ in $(seq 100); do
+  ok=0
+  for p in "${ports[@]}"; do
+    [[ $(redis-cli -p "$p" CLUSTER INFO) == *cluster_state:ok* ]] && ok=$((ok + 1))
+  done
+  [ "$ok" -eq 3 ] && break
+  sleep 0.1
+done
+if [ "$ok" -ne 3 ]; then
+  echo "the cluster did not come up:" >&2
+  tail -n 5 "$dir"/node-*.log >&2
+  exit 1
+fi
+
+echo "== remote tier vs raw Redis: 3-master cluster on $seeds ($(redis-server --version | cut -d' ' -f1-3))"
+"$build/bench/bench_remote" --seeds "$seeds" --rounds "$rounds" --slice-mib "$slice" \
+  --set-mib "$set_mib"
