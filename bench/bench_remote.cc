@@ -49,6 +49,7 @@
 
 #include "bench_flags.h"
 #include "bench_util.h"
+#include "common/malloc_tuning.h"
 #include "tiers/internal/redis_cluster.h"
 #include "tiers/internal/remote_store.h"
 
@@ -453,6 +454,7 @@ int Run(const Args& a) {
 }  // namespace kvtier::bench
 
 int main(int argc, char** argv) {
+  kvtier::TuneMallocForLargeBuffers();  // as kvtierd, whose remote tier this measures
   kvtier::bench::Args a;
   kvtier::bench::Flags flags;
   flags.options["--seeds"] = [&](const std::string& v) {

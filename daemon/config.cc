@@ -348,6 +348,9 @@ Status DaemonConfig::Validate() const {
           "deployment secret is the master secret; drop server.secret");
     }
   }
+  if (events_flush_us > 1'000'000) {
+    return InvalidArgumentError("events flush_us must be at most 1000000 (1 s)");
+  }
   if (events_enabled && events_endpoint.empty()) {
     return InvalidArgumentError("events are enabled without an endpoint");
   }
@@ -494,9 +497,9 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   KVTIER_ASSIGN_OR_RETURN(const toml::table* events, section("events"));
   if (events != nullptr) {
     const toml::table& t = *events;
-    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
-        t, path, "events",
-        {"enabled", "endpoint", "replay_endpoint", "buffer_batches", "hwm", "topic_prefix"}));
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(t, path, "events",
+                                          {"enabled", "endpoint", "replay_endpoint",
+                                           "buffer_batches", "hwm", "topic_prefix", "flush_us"}));
     const char* e = "events";
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, e, "enabled", Bool(&c.events_enabled)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, e, "endpoint", String(&c.events_endpoint)));
@@ -505,6 +508,7 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, e, "buffer_batches", Uint32(&c.events_buffer_batches)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, e, "hwm", Uint32(&c.events_hwm)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, e, "topic_prefix", String(&c.events_topic_prefix)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, e, "flush_us", Uint32(&c.events_flush_us)));
   }
   KVTIER_ASSIGN_OR_RETURN(const toml::table* metrics, section("metrics"));
   if (metrics != nullptr) {
@@ -540,6 +544,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   bool write_through = false;
   std::optional<std::string> remote_seeds, remote_secret_file, remote_key_prefix, events_endpoint,
       events_replay_endpoint;
+  std::optional<uint32_t> events_flush_us;
   bool remote_write_through = false;
   app.add_option("--socket", socket, "Unix socket path [/run/kvtier/kvtierd.sock]");
   app.add_option("--socket-mode", socket_mode, "socket file mode, octal [0660]");
@@ -586,6 +591,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "publish KV events on this ZeroMQ endpoint (turns them on) [off]");
   app.add_option("--events-replay-endpoint", events_replay_endpoint,
                  "ZeroMQ ROUTER endpoint resending missed event batches [none]");
+  app.add_option("--events-flush-us", events_flush_us,
+                 "events of this long go out as one batch, 0 = one per request [1000]");
   app.add_option("--host-capacity", host_capacity, "host tier bytes [1GiB]");
   app.add_option("--host-slab", host_slab, "host tier slab bytes [64MiB]");
   app.add_option("--host-policy", host_policy, "host tier eviction policy [adaptive]");
@@ -690,6 +697,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     c.events_enabled = true;
   }
   if (events_replay_endpoint) c.events_replay_endpoint = *events_replay_endpoint;
+  if (events_flush_us) c.events_flush_us = *events_flush_us;
   if (Status s = c.Validate(); !s.ok()) return fail(s);
   return out;
 }

@@ -191,6 +191,10 @@ struct DaemonConfig {
   uint32_t events_hwm = 100000;
   // Each batch's topic: this prefix and the namespace's model name.
   std::string events_topic_prefix;
+  // Events of this long (microseconds) go out as one batch per namespace:
+  // the latency a router sees against the cost of a batch (two thread
+  // hand-offs). 0: a batch per request.
+  uint32_t events_flush_us = 1000;
 
   // [metrics]
   // HOST:PORT of the Prometheus endpoint (GET /metrics); "" turns it off;

@@ -1,7 +1,7 @@
 // EventFeed: turns the engine's block events into KV-event batches for the
-// publisher (daemon/kv_events.h), one batch per namespace per engine turn,
-// under the topic `prefix + model`. The engine knows no ZeroMQ; the
-// publisher knows no tiers; this is the wiring between them.
+// publisher (daemon/kv_events.h), one batch per namespace per flush (daemon/main.cc:
+// events.flush_us), under the topic `prefix + model`. The engine knows no ZeroMQ; the publisher
+// knows no tiers; this is the wiring between them.
 //
 // Mapping (vLLM's schema): a block's hash is the low 64 bits of its key (the
 // integer form vLLM sends); consecutive stored blocks of one chain in one

@@ -98,8 +98,8 @@ struct EngineOptions {
   // KV-event stream routers read. Default off (nothing recorded).
   bool record_events = false;
   // Called on the engine's thread when an event is recorded while none is
-  // waiting: the daemon posts a TakeEvents after the current turn, so the
-  // events of one turn go out as one batch. May be empty.
+  // waiting: the daemon schedules a TakeEvents (after a flush window), so
+  // the events of the turns in between go out as one batch. May be empty.
   std::function<void()> events_ready;
   // Hints: how many blocks one owner (a session) may protect with hints at
   // once. 0: no bound (the replay simulator's single worker).

@@ -219,8 +219,12 @@ def events(start_daemon, tmp_path: Path) -> Callable[..., Tuple[Daemon, str, str
 
     def start(*args: str) -> Tuple[Daemon, str, str]:
         pub, rep = f"ipc://{tmp_path}/events", f"ipc://{tmp_path}/replay"
+        # One batch per request unless a test says otherwise, so that batch
+        # boundaries follow the test's requests.
+        flush = [] if "--events-flush-us" in args else ["--events-flush-us", "0"]
         d = start_daemon(
-            "--device", "off", "--events-endpoint", pub, "--events-replay-endpoint", rep, *args
+            "--device", "off", "--events-endpoint", pub, "--events-replay-endpoint", rep,
+            *flush, *args
         )
         return d, pub, rep
 
@@ -303,6 +307,24 @@ def test_evicted_blocks_are_removed_after_they_were_stored(events, ctx):
     for old, new in zip(keys, keys[4:]):
         expected += [("BlockRemoved", "CPU", lo(old)), ("BlockStored", "CPU", lo(new))]
     assert flat(seen, topic) == expected
+    assert [b.seq for b in seen] == list(range(seen[0].seq, seen[-1].seq + 1))
+
+
+def test_a_flush_window_sends_a_burst_as_few_batches_in_order(events, ctx):
+    # A window far longer than the burst takes (20 puts, milliseconds): the
+    # burst's events go out in a batch or two, every one of them, in order.
+    d, pub, _ = events("--events-flush-us", "200000")
+    topic = MODEL.encode()
+    sub = Subscriber(ctx, pub)
+    with Probe(d) as probe, kvtier.Client(MODEL, LAYOUT, socket=d.socket) as c:
+        sub.wait_subscribed(probe.write)
+        keys = [c.block_keys([2000 + i] * LAYOUT.block_tokens)[0] for i in range(20)]
+        for i, key in enumerate(keys):
+            assert c.put([key], blocks(c, 1, i)) == [kvtier.WriteState.ALLOCATED]
+        seen = sub.read_until(lambda b: ("BlockStored", "CPU", lo(keys[-1])) in flat([b], topic))
+    mine = [b for b in seen if b.topic == topic]
+    assert flat(mine, topic) == [("BlockStored", "CPU", lo(k)) for k in keys]
+    assert len(mine) <= 10
     assert [b.seq for b in seen] == list(range(seen[0].seq, seen[-1].seq + 1))
 
 

@@ -255,6 +255,7 @@ replay_endpoint = "ipc:///run/kvtier/replay"
 buffer_batches = 50
 hwm = 10
 topic_prefix = "node-a/"
+flush_us = 250
 )");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->remote_seeds, (std::vector<std::string>{"10.0.0.1:7000", "10.0.0.2:7000"}));
@@ -274,6 +275,7 @@ topic_prefix = "node-a/"
   EXPECT_EQ(c->events_buffer_batches, 50u);
   EXPECT_EQ(c->events_hwm, 10u);
   EXPECT_EQ(c->events_topic_prefix, "node-a/");
+  EXPECT_EQ(c->events_flush_us, 250u);
   EXPECT_TRUE(c->Validate().ok());
 }
 

@@ -248,7 +248,8 @@ class RedisCluster::Impl {
     return last;
   }
 
-  std::vector<Result<RedisReply>> Run(std::span<const RedisCommand> commands) {
+  std::vector<Result<RedisReply>> Run(std::span<const RedisCommand> commands,
+                                      const RedisCluster::ReplyFn* each = nullptr) {
     std::vector<Result<RedisReply>> results;
     results.reserve(commands.size());
     for (size_t i = 0; i < commands.size(); ++i) {
@@ -269,7 +270,13 @@ class RedisCluster::Impl {
         todo.push_back({i, map_.node(node), false, 0});
       }
     }
-    while (!todo.empty()) todo = Round(commands, todo, results);
+    std::vector<bool> delivered(each != nullptr ? commands.size() : 0, false);
+    while (!todo.empty()) todo = Round(commands, todo, results, each, delivered);
+    if (each != nullptr) {
+      for (size_t i = 0; i < commands.size(); ++i) {
+        if (!delivered[i]) (*each)(i, std::move(results[i]));
+      }
+    }
     return results;
   }
 
@@ -338,7 +345,8 @@ class RedisCluster::Impl {
   // Sends one round: every command to its node, pipelined per node, all
   // nodes written before any is read. Returns the redirected commands.
   std::vector<Send> Round(std::span<const RedisCommand> commands, const std::vector<Send>& todo,
-                          std::vector<Result<RedisReply>>& results) {
+                          std::vector<Result<RedisReply>>& results,
+                          const RedisCluster::ReplyFn* each, std::vector<bool>& delivered) {
     std::map<std::string, std::vector<Send>> by_node;
     for (const Send& s : todo) by_node[s.to.ToString()].push_back(s);
     struct Batch {
@@ -404,6 +412,11 @@ class RedisCluster::Impl {
           }
           if (text.starts_with("CLUSTERDOWN")) stale_.store(true);
         }
+        if (each != nullptr) {
+          delivered[s.index] = true;
+          (*each)(s.index, std::move(reply));
+          continue;
+        }
         results[s.index] = std::move(reply);
       }
       b.pool->Give(b.c, healthy);
@@ -436,6 +449,9 @@ RedisCluster::~RedisCluster() = default;
 
 std::vector<Result<RedisReply>> RedisCluster::Run(std::span<const RedisCommand> commands) {
   return impl_->Run(commands);
+}
+void RedisCluster::RunEach(std::span<const RedisCommand> commands, const ReplyFn& each) {
+  impl_->Run(commands, &each);
 }
 Status RedisCluster::Refresh() { return impl_->Refresh(); }
 bool RedisCluster::cluster_mode() const { return impl_->cluster_mode(); }

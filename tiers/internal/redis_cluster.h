@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -100,6 +101,12 @@ class RedisCluster {
   // other than a redirection (OOM, CLUSTERDOWN, WRONGTYPE) is an ok result
   // of type kError; a node that cannot be reached or stalls is Unavailable.
   std::vector<Result<RedisReply>> Run(std::span<const RedisCommand> commands);
+  // Like Run, but hands each reply to `each(index, reply)` as it is read (in
+  // the order replies arrive, not the commands'), so a caller can use and
+  // free it at once instead of holding the whole batch: each index exactly
+  // once, failures included.
+  using ReplyFn = std::function<void(size_t index, Result<RedisReply> reply)>;
+  void RunEach(std::span<const RedisCommand> commands, const ReplyFn& each);
 
   // Re-reads the slot map from any node known (the map's, then the seeds).
   Status Refresh();

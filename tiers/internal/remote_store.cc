@@ -86,11 +86,17 @@ uint64_t RemoteNamespaceId(const std::string& model, const std::string& salt,
 
 namespace kvtier::tiers::internal {
 
+void EncodeRemoteValueInto(const RemoteNamespace& ns, const BlockKey& key,
+                           std::span<const std::byte> payload, std::vector<std::byte>* value) {
+  value->resize(kRemoteHeaderBytes + payload.size());
+  EncodeHeader(ns, key, payload.size(), BlockChecksum(payload), value->data());
+  std::memcpy(value->data() + kRemoteHeaderBytes, payload.data(), payload.size());
+}
+
 std::vector<std::byte> EncodeRemoteValue(const RemoteNamespace& ns, const BlockKey& key,
                                          std::span<const std::byte> payload) {
-  std::vector<std::byte> value(kRemoteHeaderBytes + payload.size());
-  EncodeHeader(ns, key, payload.size(), BlockChecksum(payload), value.data());
-  std::memcpy(value.data() + kRemoteHeaderBytes, payload.data(), payload.size());
+  std::vector<std::byte> value;
+  EncodeRemoteValueInto(ns, key, payload, &value);
   return value;
 }
 
@@ -302,45 +308,54 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
     cmds.reserve(end - done);
     for (size_t i = done; i < end; ++i) names.push_back(KeyOf(ns.id, keys[i]));
     for (const std::string& n : names) cmds.push_back({{"GET", n}, 1});
-    auto replies = cluster_->Run(cmds);
+    // Each reply is checked and copied out as it arrives, then freed: the
+    // batch is never held whole (32 MiB of 2 MiB values), and the copy reads
+    // a value still in cache.
+    const size_t n = cmds.size();
+    std::vector<Status> outcome(n);
+    std::vector<uint8_t> kind(n, 0);  // 0 ok, 1 miss, 2 corrupt, 3 failure
+    cluster_->RunEach(cmds, [&](size_t i, Result<RedisReply> r) {
+      if (!r) {
+        kind[i] = 3;
+        outcome[i] = r.status();
+      } else if (r->type() == RedisReply::Type::kNil) {
+        kind[i] = 1;
+      } else if (r->type() != RedisReply::Type::kString) {
+        kind[i] = 3;
+        outcome[i] = UnavailableError("remote GET: " + std::string(r->str()));
+      } else if (Status s = DecodeRemoteValue(r->str(), ns, keys[done + i], outs[done + i]);
+                 !s.ok()) {
+        kind[i] = 2;
+        outcome[i] = std::move(s);
+      }
+    });
     size_t got = 0;
     uint64_t got_bytes = 0, misses = 0, corrupt = 0;
     Status failure;
-    for (size_t i = 0; i < replies.size(); ++i) {
-      const Result<RedisReply>& r = replies[i];
-      if (!r) {
-        failure = r.status();
-        break;
-      }
-      if (r->type() == RedisReply::Type::kNil) {
+    while (got < n && kind[got] == 0) got_bytes += outs[done + got++].size();
+    if (got < n) {
+      if (kind[got] == 1) {
         ++misses;
-        RememberMissing(ns.id, keys[done + i]);
-        break;
-      }
-      if (r->type() != RedisReply::Type::kString) {
-        failure = UnavailableError("remote GET: " + std::string(r->str()));
-        break;
-      }
-      if (Status s = DecodeRemoteValue(r->str(), ns, keys[done + i], outs[done + i]); !s.ok()) {
+        RememberMissing(ns.id, keys[done + got]);
+      } else if (kind[got] == 2) {
         ++corrupt;
-        Note(last_corrupt_note_,
-             "remote tier: value " + names[i] + " is not the block: " + s.ToString() + "; a miss");
-        break;
+        Note(last_corrupt_note_, "remote tier: value " + names[got] +
+                                     " is not the block: " + outcome[got].ToString() + "; a miss");
+      } else {
+        failure = outcome[got];
       }
-      ++got;
-      got_bytes += outs[done + i].size();
     }
     if (!failure.ok()) Failed(failure);
     {
       std::lock_guard lock(mu_);
-      stats_.reads += std::min(replies.size(), got + 1);
+      stats_.reads += std::min(n, got + 1);
       stats_.read_hits += got;
       stats_.read_misses += misses;
       stats_.corrupt += corrupt;
       stats_.bytes_read += got_bytes;
     }
     done += got;
-    if (got < replies.size()) break;
+    if (got < n) break;
   }
   return done;
 }
@@ -348,7 +363,11 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
 Status RemoteStore::Write(const RemoteNamespace& ns, const BlockKey& key,
                           std::span<const std::byte> payload) {
   if (Paused()) return UnavailableError("remote tier paused");
-  const std::vector<std::byte> value = EncodeRemoteValue(ns, key, payload);
+  // One value buffer per thread, reused: a fresh 2 MiB allocation per write
+  // is an mmap, page faults on first touch and an munmap (0.3x raw SET from
+  // four threads, bench/bench_remote.cc).
+  thread_local std::vector<std::byte> value;
+  EncodeRemoteValueInto(ns, key, payload, &value);
   const std::string name = KeyOf(ns.id, key);
   RedisCommand set{
       {"SET", name, std::string_view(reinterpret_cast<const char*>(value.data()), value.size())},

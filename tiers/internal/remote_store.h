@@ -52,6 +52,9 @@ inline constexpr uint16_t kRemoteFormatVersion = 1;
 // layout's BlockBytes().
 std::vector<std::byte> EncodeRemoteValue(const RemoteNamespace& ns, const BlockKey& key,
                                          std::span<const std::byte> payload);
+// The same into `value`, reusing its capacity.
+void EncodeRemoteValueInto(const RemoteNamespace& ns, const BlockKey& key,
+                           std::span<const std::byte> payload, std::vector<std::byte>* value);
 // Checks a value against the block asked for and copies its payload into
 // `out` (the block's size). Corruption, naming the first field that differs,
 // for anything but exactly that block.
