@@ -592,7 +592,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--events-replay-endpoint", events_replay_endpoint,
                  "ZeroMQ ROUTER endpoint resending missed event batches [none]");
   app.add_option("--events-flush-us", events_flush_us,
-                 "events of this long go out as one batch, 0 = one per request [1000]");
+                 "events of this long go out as one batch, 0 = one per request [10000]");
   app.add_option("--host-capacity", host_capacity, "host tier bytes [1GiB]");
   app.add_option("--host-slab", host_slab, "host tier slab bytes [64MiB]");
   app.add_option("--host-policy", host_policy, "host tier eviction policy [adaptive]");
