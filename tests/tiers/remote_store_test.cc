@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "redis_harness.h"
+#include "tiers/internal/checksum.h"
 #include "tiers/internal/redis_cluster.h"
 
 namespace kvtier::tiers::internal {
@@ -99,6 +100,41 @@ class RemoteStoreDownTest : public RemoteStoreTest {
   }
   std::unique_ptr<RedisHarness> own_;
 };
+
+TEST(RemoteValueTest, HashingWhileCopyingEqualsTheChecksumAtEverySize) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{65535}, size_t{65536}, size_t{65537},
+                   size_t{2 * 1024 * 1024 + 3}}) {
+    const std::vector<std::byte> src = Payload(BlockKey{n, 1}, n);
+    std::vector<std::byte> dst(n);
+    EXPECT_EQ(ChecksumAndCopy(dst, src), BlockChecksum(src)) << n;
+    EXPECT_EQ(dst, src) << n;
+  }
+}
+
+TEST(RemoteValueTest, AValueDecodesOnlyAsTheBlockItWasMadeFor) {
+  const RemoteNamespace ns{RemoteNamespaceId("m", "", SmallLayout()), SmallLayout()};
+  const BlockKey key{7, 9};
+  const std::vector<std::byte> payload = Payload(key, ns.layout.BlockBytes());
+  const std::vector<std::byte> value = EncodeRemoteValue(ns, key, payload);
+  ASSERT_EQ(value.size(), kRemoteHeaderBytes + payload.size());
+  const std::string_view text(reinterpret_cast<const char*>(value.data()), value.size());
+  std::vector<std::byte> out(payload.size());
+  ASSERT_TRUE(DecodeRemoteValue(text, ns, key, out).ok());
+  EXPECT_EQ(out, payload);
+  EXPECT_NE(DecodeRemoteValue(text, ns, BlockKey{7, 10}, out).message().find("block key"),
+            std::string::npos);
+  RemoteNamespace other = ns;
+  other.id ^= 1;
+  EXPECT_NE(DecodeRemoteValue(text, other, key, out).message().find("namespace"),
+            std::string::npos);
+  other = ns;
+  other.layout.dtype = DType::kBFloat16;
+  EXPECT_NE(DecodeRemoteValue(text, other, key, out).message().find("layout"), std::string::npos);
+  std::string flipped(text);
+  flipped.back() = static_cast<char>(flipped.back() ^ 0x40);
+  EXPECT_NE(DecodeRemoteValue(flipped, ns, key, out).message().find("checksum"), std::string::npos);
+  EXPECT_EQ(DecodeRemoteValue(text.substr(1), ns, key, out).code(), StatusCode::kCorruption);
+}
 
 TEST(RedisClusterSingleServerTest, ServesEverySlotFromOneServer) {
   RedisClusterSpec spec;

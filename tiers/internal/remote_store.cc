@@ -89,8 +89,8 @@ namespace kvtier::tiers::internal {
 void EncodeRemoteValueInto(const RemoteNamespace& ns, const BlockKey& key,
                            std::span<const std::byte> payload, std::vector<std::byte>* value) {
   value->resize(kRemoteHeaderBytes + payload.size());
-  EncodeHeader(ns, key, payload.size(), BlockChecksum(payload), value->data());
-  std::memcpy(value->data() + kRemoteHeaderBytes, payload.data(), payload.size());
+  const uint64_t sum = ChecksumAndCopy(std::span(*value).subspan(kRemoteHeaderBytes), payload);
+  EncodeHeader(ns, key, payload.size(), sum, value->data());
 }
 
 std::vector<std::byte> EncodeRemoteValue(const RemoteNamespace& ns, const BlockKey& key,
@@ -124,9 +124,10 @@ Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, cons
     return CorruptionError(std::string("remote value: another ") + what);
   }
   const auto* payload = reinterpret_cast<const std::byte*>(h + kRemoteHeaderBytes);
-  const uint64_t sum = BlockChecksum({payload, out.size()});
+  // Copied while hashed (one pass); on a mismatch the bytes already in
+  // `out` are the caller's to discard (a slot that will not be committed).
+  const uint64_t sum = ChecksumAndCopy(out, {payload, out.size()});
   if (sum != Get64(h + 64)) return CorruptionError("remote value: checksum mismatch");
-  std::memcpy(out.data(), payload, out.size());
   return Status::Ok();
 }
 

@@ -57,7 +57,8 @@ void EncodeRemoteValueInto(const RemoteNamespace& ns, const BlockKey& key,
                            std::span<const std::byte> payload, std::vector<std::byte>* value);
 // Checks a value against the block asked for and copies its payload into
 // `out` (the block's size). Corruption, naming the first field that differs,
-// for anything but exactly that block.
+// for anything but exactly that block; `out` then holds no block (maybe the
+// value's bytes, copied while they were checked): discard it.
 Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, const BlockKey& key,
                          std::span<std::byte> out);
 
