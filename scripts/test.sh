@@ -161,7 +161,11 @@ tsan_build="$build-tsan"
 # internal synchronization is invisible to TSan, which then reports races
 # on every block handed to it (docs/build.md). They run under ASan and in
 # stage 1. SsdSpaceTest and the tiers' other tests use no RocksDB and stay.
-tsan_excluded='^((SsdStoreTest|SsdEngineTest|SsdRestartTest|MetricsTest)\.|DaemonHintTest\.AHintedSsdBlock)'
+# Also left out: the remote tier's cluster-fault tests (a resharding, a
+# failover, maxmemory, masters killed): seconds of Redis Cluster behaviour
+# each, the same client threads as the remote tests that stay; they run
+# under ASan and in stage 1.
+tsan_excluded='^((SsdStoreTest|SsdEngineTest|SsdRestartTest|MetricsTest|RemoteStoreFailoverTest|RemoteStoreMaxmemoryTest|RemoteStoreDownTest)\.|DaemonHintTest\.AHintedSsdBlock|RemoteStoreTest\.FollowsMovedAndAsk)'
 stage_tsan() {
   configure_clang "$tsan_build" -DKVTIER_SANITIZE=thread
   cmake --build "$tsan_build" -j"$jobs" --target tiers_test daemon_test kvtierd kvtier
