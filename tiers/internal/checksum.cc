@@ -32,7 +32,7 @@ uint64_t ChecksumAndCopy(std::span<std::byte> dst, std::span<const std::byte> sr
   // per-call cost is noise. The streaming digest equals the one-shot hash.
   constexpr size_t kChunk = 64 * 1024;
   if (src.size() <= kChunk) {
-    std::memcpy(dst.data(), src.data(), src.size());
+    if (!src.empty()) std::memcpy(dst.data(), src.data(), src.size());  // no null to memcpy
     return BlockChecksum(src);
   }
   XXH3_state_t state;
