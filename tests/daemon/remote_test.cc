@@ -81,6 +81,22 @@ class RemoteTest : public ::testing::Test {
     nodes_.push_back(std::move(d));
     return nodes_.back().get();
   }
+  // Node A (with `a_args`) and node B on the cluster, a client on each.
+  struct TwoNodes {
+    Daemon* node_a = nullptr;
+    Daemon* node_b = nullptr;
+    std::unique_ptr<Client> a, b;
+  };
+  TwoNodes StartTwoNodes(std::vector<std::string> a_args = {}) {
+    TwoNodes t;
+    t.node_a = StartNode(std::move(a_args));
+    t.node_b = StartNode();
+    if (t.node_a != nullptr && t.node_b != nullptr) {
+      t.a = Connect(*t.node_a);
+      t.b = Connect(*t.node_b);
+    }
+    return t;
+  }
   static std::unique_ptr<Client> Connect(Daemon& d) {
     ClientOptions o;
     o.socket_path = d.socket();
@@ -132,11 +148,8 @@ class RemoteTest : public ::testing::Test {
 
 TEST_F(RemoteTest, WriteThroughAPrefixIsReadByteExactThroughAnotherNodeAtOnce) {
   StartCluster();
-  Daemon* node_a = StartNode({"--remote-write-through"});
-  Daemon* node_b = StartNode();
-  ASSERT_TRUE(node_a && node_b);
-  auto a = Connect(*node_a);
-  auto b = Connect(*node_b);
+  auto [node_a, node_b, a, b] = StartTwoNodes({"--remote-write-through"});
+  ASSERT_TRUE(a && b);
   const auto tokens = Prompt(1, 10);
   const auto keys = Put(*a, tokens);
   ASSERT_EQ(b->Keys(tokens), keys);  // one deployment secret: the same keys
@@ -165,11 +178,8 @@ TEST_F(RemoteTest, WriteThroughAPrefixIsReadByteExactThroughAnotherNodeAtOnce) {
 TEST_F(RemoteTest, WriteBackAPrefixReachesAnotherNodeAfterTheFirstEvictsIt) {
   StartCluster();
   // 64 blocks of host: two more prompts of 32 evict the first.
-  Daemon* node_a = StartNode({"--host-capacity", "1MiB", "--host-slab", "1MiB"});
-  Daemon* node_b = StartNode();
-  ASSERT_TRUE(node_a && node_b);
-  auto a = Connect(*node_a);
-  auto b = Connect(*node_b);
+  auto [node_a, node_b, a, b] = StartTwoNodes({"--host-capacity", "1MiB", "--host-slab", "1MiB"});
+  ASSERT_TRUE(a && b);
   const auto keys = Put(*a, Prompt(3, 8));
   EXPECT_EQ(StatOf(*a, "tier.remote.written_blocks"), "0");  // still in A's memory
   Put(*a, Prompt(4, 32));
@@ -205,11 +215,8 @@ TEST_F(RemoteTest, ANodeWithAnotherDeploymentSecretIsRefused) {
 
 TEST_F(RemoteTest, AClusterStoppedLeavesTheNodeServingItsOwnTiers) {
   StartCluster();
-  Daemon* node_a = StartNode({"--remote-write-through"});
-  Daemon* node_b = StartNode();
-  ASSERT_TRUE(node_a && node_b);
-  auto a = Connect(*node_a);
-  auto b = Connect(*node_b);
+  auto [node_a, node_b, a, b] = StartTwoNodes({"--remote-write-through"});
+  ASSERT_TRUE(a && b);
   const auto shared = Put(*a, Prompt(6, 4));
   ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 4));
   redis_->KillAll();
@@ -235,11 +242,8 @@ TEST_F(RemoteTest, AFullClusterGivesMissesNotErrors) {
   RedisClusterSpec spec;
   spec.maxmemory = "4mb";
   StartCluster(spec);
-  Daemon* node_a = StartNode({"--remote-write-through"});
-  Daemon* node_b = StartNode();
-  ASSERT_TRUE(node_a && node_b);
-  auto a = Connect(*node_a);
-  auto b = Connect(*node_b);
+  auto [node_a, node_b, a, b] = StartTwoNodes({"--remote-write-through"});
+  ASSERT_TRUE(a && b);
   // 1,200 blocks of 16 KiB: 19 MiB against 3 x 4 MiB of cluster.
   std::vector<std::vector<BlockKey>> prompts;
   for (uint32_t p = 0; p < 120; ++p) prompts.push_back(Put(*a, Prompt(100 + p, 10)));
@@ -261,11 +265,8 @@ TEST_F(RemoteTest, AMasterKilledUnderLoadGivesMissesNeverWrongBytesAndWritesResu
   RedisClusterSpec spec;
   spec.replicas_per_master = 1;
   StartCluster(spec);
-  Daemon* node_a = StartNode({"--remote-write-through"});
-  Daemon* node_b = StartNode();
-  ASSERT_TRUE(node_a && node_b);
-  auto a = Connect(*node_a);
-  auto b = Connect(*node_b);
+  auto [node_a, node_b, a, b] = StartTwoNodes({"--remote-write-through"});
+  ASSERT_TRUE(a && b);
   std::vector<std::vector<BlockKey>> prompts;
   for (uint32_t p = 0; p < 40; ++p) prompts.push_back(Put(*a, Prompt(200 + p, 6)));
   ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 240));
@@ -289,11 +290,8 @@ TEST_F(RemoteTest, AMasterKilledUnderLoadGivesMissesNeverWrongBytesAndWritesResu
 
 TEST_F(RemoteTest, AReshardingUnderLoadFailsNoRequest) {
   StartCluster();
-  Daemon* node_a = StartNode({"--remote-write-through"});
-  Daemon* node_b = StartNode();
-  ASSERT_TRUE(node_a && node_b);
-  auto a = Connect(*node_a);
-  auto b = Connect(*node_b);
+  auto [node_a, node_b, a, b] = StartTwoNodes({"--remote-write-through"});
+  ASSERT_TRUE(a && b);
   std::vector<std::vector<BlockKey>> prompts;
   for (uint32_t p = 0; p < 60; ++p) prompts.push_back(Put(*a, Prompt(400 + p, 5)));
   ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 300));
