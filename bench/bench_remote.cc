@@ -1,8 +1,8 @@
 // The remote tier's data path against raw Redis, on a running Redis Cluster
 // (bench/remote_vs_redis.sh starts one): MB/s of block payload written with
 // RemoteStore::Write (header + XXH3 + SET through our cluster client) and
-// read with RemoteStore::ReadLeading (GET + header check + XXH3 + copy into
-// the destination), beside two peers doing the same I/O on the same keys,
+// read with RemoteStore::ReadLeading (GET read into the destination + header
+// check + XXH3), beside two peers doing the same I/O on the same keys,
 // from the same number of threads, in the same run:
 //
 //   hiredis  plain SET / GET of values of the payload's size through hiredis,
@@ -13,7 +13,7 @@
 //            out (redis-benchmark's shape): everything ours adds shows.
 //   cluster  the same raw SET / GET through our RedisCluster::Run: the client
 //            code is shared, so this ratio isolates the value format (a
-//            72-byte header), the checksums and the copies.
+//            72-byte header) and the checksums.
 //
 // Cases, for each block size: writes of one block per call from 1 and from 4
 // threads (the engine writes one block per call from its remote I/O

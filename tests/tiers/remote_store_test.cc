@@ -101,16 +101,6 @@ class RemoteStoreDownTest : public RemoteStoreTest {
   std::unique_ptr<RedisHarness> own_;
 };
 
-TEST(RemoteValueTest, HashingWhileCopyingEqualsTheChecksumAtEverySize) {
-  for (size_t n : {size_t{0}, size_t{1}, size_t{65535}, size_t{65536}, size_t{65537},
-                   size_t{2 * 1024 * 1024 + 3}}) {
-    const std::vector<std::byte> src = Payload(BlockKey{n, 1}, n);
-    std::vector<std::byte> dst(n);
-    EXPECT_EQ(ChecksumAndCopy(dst, src), BlockChecksum(src)) << n;
-    EXPECT_EQ(dst, src) << n;
-  }
-}
-
 TEST(RemoteValueTest, AValueDecodesOnlyAsTheBlockItWasMadeFor) {
   const RemoteNamespace ns{RemoteNamespaceId("m", "", SmallLayout()), SmallLayout()};
   const BlockKey key{7, 9};

@@ -14,10 +14,4 @@ namespace kvtier::tiers::internal {
 
 uint64_t BlockChecksum(std::span<const std::byte> bytes);
 
-// Copies `src` to `dst` (same size) and returns BlockChecksum(src), in one
-// pass: chunk by chunk, each hashed and then copied while it is still in
-// the cache, instead of a 2 MiB hash pass and a 2 MiB copy pass each from
-// memory. REQUIRES: dst.size() == src.size(), no overlap.
-uint64_t ChecksumAndCopy(std::span<std::byte> dst, std::span<const std::byte> src);
-
 }  // namespace kvtier::tiers::internal

@@ -14,44 +14,6 @@
 
 namespace kvtier::tiers::internal {
 
-// ---- RedisReply ------------------------------------------------------------
-
-RedisReply::RedisReply(redisReply* raw) : raw_(raw) {}
-
-void RedisReply::Free::operator()(redisReply* r) const { freeReplyObject(r); }
-
-RedisReply::Type RedisReply::type() const {
-  if (!raw_) return Type::kNil;
-  switch (raw_->type) {
-    case REDIS_REPLY_STRING:
-      return Type::kString;
-    case REDIS_REPLY_INTEGER:
-      return Type::kInteger;
-    case REDIS_REPLY_STATUS:
-      return Type::kStatus;
-    case REDIS_REPLY_ERROR:
-      return Type::kError;
-    case REDIS_REPLY_ARRAY:
-      return Type::kArray;
-    default:
-      return Type::kNil;
-  }
-}
-
-std::string_view RedisReply::str() const {
-  const Type t = type();
-  if (t != Type::kString && t != Type::kStatus && t != Type::kError) return {};
-  return {raw_->str, raw_->len};
-}
-
-int64_t RedisReply::integer() const {
-  return type() == Type::kInteger ? static_cast<int64_t>(raw_->integer) : 0;
-}
-
-size_t RedisReply::elements() const { return type() == Type::kArray ? raw_->elements : 0; }
-
-const redisReply* RedisReply::element(size_t i) const { return raw_->element[i]; }
-
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
@@ -69,14 +31,13 @@ std::string ContextError(const redisContext* c, const Endpoint& node) {
   return "redis " + node.ToString() + ": " + why;
 }
 
-void AppendCommand(redisContext* c, const RedisCommand& cmd) {
-  std::vector<const char*> argv(cmd.args.size());
-  std::vector<size_t> lens(cmd.args.size());
-  for (size_t i = 0; i < cmd.args.size(); ++i) {
-    argv[i] = cmd.args[i].data();
-    lens[i] = cmd.args[i].size();
-  }
-  redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+// One command and its reply on a connection of its own (connection set-up
+// and CLUSTER SLOTS).
+Result<RedisReply> Call(redisContext* c, const RedisCommand& cmd) {
+  const RedisCommand* one = &cmd;
+  KVTIER_RETURN_IF_ERROR(WriteCommands(c->fd, std::span(&one, 1)));
+  RespReader reader(c->fd);
+  return reader.Next();
 }
 
 // One node's connections. A node that refused a connection is left alone
@@ -145,12 +106,11 @@ class NodePool {
     redisSetTimeout(c, ToTimeval(opt_.command_timeout));
     redisEnableKeepAlive(c);
     if (!opt_.password.empty()) {
-      const char* argv[] = {"AUTH", opt_.password.c_str()};
-      const size_t lens[] = {4, opt_.password.size()};
-      RedisReply r(static_cast<redisReply*>(redisCommandArgv(c, 2, argv, lens)));
-      if (r.raw() == nullptr || r.type() == RedisReply::Type::kError) {
-        Status s = UnavailableError("redis " + node_.ToString() + ": AUTH failed: " +
-                                    (r.raw() ? std::string(r.str()) : ContextError(c, node_)));
+      Result<RedisReply> r = Call(c, {{"AUTH", opt_.password}, 0});
+      if (!r || r->type() == RedisReply::Type::kError) {
+        Status s =
+            UnavailableError("redis " + node_.ToString() + ": AUTH failed: " +
+                             (r ? std::string(r->str()) : std::string(r.status().message())));
         redisFree(c);
         return s;
       }
@@ -173,34 +133,35 @@ Result<std::vector<SlotRange>> ParseSlots(const RedisReply& reply, const Endpoin
   if (reply.type() != RedisReply::Type::kArray) {
     return InvalidArgumentError("CLUSTER SLOTS: not an array");
   }
-  auto endpoint = [&](const redisReply* e) -> Result<Endpoint> {
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
-        e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_INTEGER ||
-        e->element[1]->integer <= 0 || e->element[1]->integer > 65535) {
+  using Type = RedisReply::Type;
+  auto endpoint = [&](const RedisReply& e) -> Result<Endpoint> {
+    if (e.type() != Type::kArray || e.elements() < 2 || e.element(0).type() != Type::kString ||
+        e.element(1).type() != Type::kInteger || e.element(1).integer() <= 0 ||
+        e.element(1).integer() > 65535) {
       return InvalidArgumentError("CLUSTER SLOTS: a malformed node");
     }
     Endpoint ep;
-    ep.host.assign(e->element[0]->str, e->element[0]->len);
+    ep.host.assign(e.element(0).str());
     // An empty or "?" host: the node we asked knows no better name for it.
     if (ep.host.empty() || ep.host == "?") ep.host = asked.host;
-    ep.port = static_cast<uint16_t>(e->element[1]->integer);
+    ep.port = static_cast<uint16_t>(e.element(1).integer());
     return ep;
   };
   std::vector<SlotRange> ranges;
   for (size_t i = 0; i < reply.elements(); ++i) {
-    const redisReply* r = reply.element(i);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
-        r->element[0]->integer < 0 || r->element[1]->integer >= kClusterSlots ||
-        r->element[0]->integer > r->element[1]->integer) {
+    const RedisReply& r = reply.element(i);
+    if (r.type() != Type::kArray || r.elements() < 3 || r.element(0).type() != Type::kInteger ||
+        r.element(1).type() != Type::kInteger || r.element(0).integer() < 0 ||
+        r.element(1).integer() >= kClusterSlots ||
+        r.element(0).integer() > r.element(1).integer()) {
       return InvalidArgumentError("CLUSTER SLOTS: a malformed range");
     }
     SlotRange range;
-    range.first = static_cast<uint16_t>(r->element[0]->integer);
-    range.last = static_cast<uint16_t>(r->element[1]->integer);
-    KVTIER_ASSIGN_OR_RETURN(range.master, endpoint(r->element[2]));
-    for (size_t k = 3; k < r->elements; ++k) {
-      KVTIER_ASSIGN_OR_RETURN(Endpoint replica, endpoint(r->element[k]));
+    range.first = static_cast<uint16_t>(r.element(0).integer());
+    range.last = static_cast<uint16_t>(r.element(1).integer());
+    KVTIER_ASSIGN_OR_RETURN(range.master, endpoint(r.element(2)));
+    for (size_t k = 3; k < r.elements(); ++k) {
+      KVTIER_ASSIGN_OR_RETURN(Endpoint replica, endpoint(r.element(k)));
       range.replicas.push_back(std::move(replica));
     }
     ranges.push_back(std::move(range));
@@ -318,15 +279,12 @@ class RedisCluster::Impl {
   Result<std::vector<SlotRange>> ReadSlots(const Endpoint& node) {
     NodePool& pool = Pool(node);
     KVTIER_ASSIGN_OR_RETURN(redisContext * c, pool.Take());
-    const char* argv[] = {"CLUSTER", "SLOTS"};
-    const size_t lens[] = {7, 5};
-    RedisReply reply(static_cast<redisReply*>(redisCommandArgv(c, 2, argv, lens)));
-    if (reply.raw() == nullptr) {
-      Status s = UnavailableError(ContextError(c, node));
-      pool.Give(c, false);
-      return s;
-    }
-    pool.Give(c, true);
+    Result<RedisReply> got = Call(c, {{"CLUSTER", "SLOTS"}, 0});
+    pool.Give(c, got.ok());
+    if (!got)
+      return UnavailableError("redis " + node.ToString() + ": " +
+                              std::string(got.status().message()));
+    const RedisReply& reply = *got;
     if (reply.type() == RedisReply::Type::kError) {
       if (reply.str().find("cluster support disabled") != std::string_view::npos) {
         std::unique_lock lock(map_mu_);
@@ -353,6 +311,7 @@ class RedisCluster::Impl {
       NodePool* pool = nullptr;
       redisContext* c = nullptr;
       std::vector<Send> sends;
+      Status written;
     };
     std::vector<Batch> batches;
     for (auto& [name, sends] : by_node) {
@@ -363,37 +322,31 @@ class RedisCluster::Impl {
         stale_.store(true);
         continue;
       }
-      static constexpr std::string_view kAsking = "ASKING";
+      static const RedisCommand kAsking{{"ASKING"}, 0};
+      std::vector<const RedisCommand*> frames;
       for (const Send& s : sends) {
-        if (s.asking) AppendCommand(*c, RedisCommand{{kAsking}, 0});
-        AppendCommand(*c, commands[s.index]);
+        if (s.asking) frames.push_back(&kAsking);
+        frames.push_back(&commands[s.index]);
       }
-      int done = 0;
-      while (done == 0) {
-        if (redisBufferWrite(*c, &done) != REDIS_OK) break;
-      }
-      batches.push_back({&pool, *c, std::move(sends)});
+      Batch b{&pool, *c, std::move(sends), WriteCommands((*c)->fd, frames)};
+      batches.push_back(std::move(b));
     }
     std::vector<Send> next;
     for (Batch& b : batches) {
-      bool healthy = b.c->err == 0;
+      Status healthy = b.written;
+      RespReader reader(b.c->fd);
       for (const Send& s : b.sends) {
-        if (!healthy) {
-          results[s.index] = UnavailableError(ContextError(b.c, s.to));
-          continue;
-        }
-        void* raw = nullptr;
-        if (s.asking) {
-          if (redisGetReply(b.c, &raw) == REDIS_OK) freeReplyObject(raw);
-          raw = nullptr;
-        }
-        if (b.c->err != 0 || redisGetReply(b.c, &raw) != REDIS_OK) {
-          healthy = false;
+        if (healthy.ok() && s.asking) healthy = reader.Next().status();
+        Result<RedisReply> got =
+            healthy.ok() ? reader.Next(commands[s.index].reply_into) : Result<RedisReply>(healthy);
+        if (!got) {
+          if (healthy.ok()) healthy = got.status();
           stale_.store(true);
-          results[s.index] = UnavailableError(ContextError(b.c, s.to));
+          results[s.index] =
+              UnavailableError("redis " + s.to.ToString() + ": " + std::string(healthy.message()));
           continue;
         }
-        RedisReply reply(static_cast<redisReply*>(raw));
+        RedisReply& reply = *got;
         if (reply.type() == RedisReply::Type::kError) {
           const std::string_view text = reply.str();
           if (std::optional<Redirect> r = ParseRedirect(text, s.to)) {
@@ -419,7 +372,7 @@ class RedisCluster::Impl {
         }
         results[s.index] = std::move(reply);
       }
-      b.pool->Give(b.c, healthy);
+      b.pool->Give(b.c, healthy.ok() && reader.drained());
     }
     return next;
   }

@@ -1,7 +1,8 @@
-// A Redis Cluster client for the remote tier, over hiredis (which has no
-// cluster support of its own): the slot map read with CLUSTER SLOTS, each
-// command sent to the node serving its key's slot, MOVED and ASK
-// redirections followed, a small pool of connections per node, and the
+// A Redis Cluster client for the remote tier: connections opened by hiredis
+// (which has no cluster support of its own), commands and replies moved by
+// resp.h (no copy of a value on either side); the slot map read with
+// CLUSTER SLOTS, each command sent to the node serving its key's slot,
+// MOVED and ASK redirections followed, a small pool of connections per node, and the
 // commands of one Run pipelined: written to every node involved first, then
 // the replies read, so a batch costs one round trip per node, overlapped.
 // A single Redis server (cluster support disabled) works too: it serves
@@ -29,8 +30,7 @@
 
 #include "common/result.h"
 #include "tiers/internal/cluster_slots.h"
-
-struct redisReply;
+#include "tiers/internal/resp.h"
 
 namespace kvtier::tiers::internal {
 
@@ -51,40 +51,6 @@ struct RedisOptions {
   std::chrono::milliseconds command_timeout{1000};
   // Redirections followed for one command before giving up. Default 5.
   int max_redirects = 5;
-};
-
-// One reply, owned. Views into it are valid while it lives.
-class RedisReply {
- public:
-  enum class Type : uint8_t { kNil, kString, kInteger, kStatus, kError, kArray };
-
-  RedisReply() = default;
-  explicit RedisReply(redisReply* raw);
-  RedisReply(RedisReply&&) noexcept = default;
-  RedisReply& operator=(RedisReply&&) noexcept = default;
-
-  Type type() const;
-  // kString, kStatus, kError: the bytes; otherwise empty.
-  std::string_view str() const;
-  // kInteger: the value; otherwise 0.
-  int64_t integer() const;
-  // kArray: the elements, unowned views into this reply.
-  size_t elements() const;
-  const redisReply* element(size_t i) const;
-  const redisReply* raw() const { return raw_.get(); }
-
- private:
-  struct Free {
-    void operator()(redisReply* r) const;
-  };
-  std::unique_ptr<redisReply, Free> raw_;
-};
-
-// One command: its arguments, viewed (they must outlive the Run), and
-// which of them is the key that routes it (index 1 for GET/SET/EXISTS/DEL).
-struct RedisCommand {
-  std::vector<std::string_view> args;
-  size_t key_arg = 1;
 };
 
 class RedisCluster {

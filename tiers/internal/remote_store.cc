@@ -1,6 +1,7 @@
 #include "tiers/internal/remote_store.h"
 
 #include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -86,27 +87,22 @@ uint64_t RemoteNamespaceId(const std::string& model, const std::string& salt,
 
 namespace kvtier::tiers::internal {
 
-void EncodeRemoteValueInto(const RemoteNamespace& ns, const BlockKey& key,
-                           std::span<const std::byte> payload, std::vector<std::byte>* value) {
-  value->resize(kRemoteHeaderBytes + payload.size());
-  const uint64_t sum = ChecksumAndCopy(std::span(*value).subspan(kRemoteHeaderBytes), payload);
-  EncodeHeader(ns, key, payload.size(), sum, value->data());
+void EncodeRemoteHeader(const RemoteNamespace& ns, const BlockKey& key,
+                        std::span<const std::byte> payload, std::span<std::byte> header) {
+  EncodeHeader(ns, key, payload.size(), BlockChecksum(payload), header.data());
 }
 
 std::vector<std::byte> EncodeRemoteValue(const RemoteNamespace& ns, const BlockKey& key,
                                          std::span<const std::byte> payload) {
-  std::vector<std::byte> value;
-  EncodeRemoteValueInto(ns, key, payload, &value);
+  std::vector<std::byte> value(kRemoteHeaderBytes + payload.size());
+  std::memcpy(value.data() + kRemoteHeaderBytes, payload.data(), payload.size());
+  EncodeRemoteHeader(ns, key, payload, std::span(value).first(kRemoteHeaderBytes));
   return value;
 }
 
-Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, const BlockKey& key,
-                         std::span<std::byte> out) {
-  if (value.size() != kRemoteHeaderBytes + out.size()) {
-    return CorruptionError("remote value of " + std::to_string(value.size()) + " bytes, expected " +
-                           std::to_string(kRemoteHeaderBytes + out.size()));
-  }
-  const char* h = value.data();
+Status CheckRemoteValue(std::span<const std::byte> header, const RemoteNamespace& ns,
+                        const BlockKey& key, std::span<const std::byte> payload) {
+  const auto* h = reinterpret_cast<const char*>(header.data());
   if (Get32(h) != kMagic) return CorruptionError("remote value: not a kvtier block");
   const uint16_t version =
       static_cast<uint16_t>(static_cast<uint8_t>(h[4]) | (static_cast<uint8_t>(h[5]) << 8));
@@ -114,7 +110,7 @@ Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, cons
     return CorruptionError("remote value: format version " + std::to_string(version));
   }
   std::byte expected[kRemoteHeaderBytes];
-  EncodeHeader(ns, key, out.size(), Get64(h + 64), expected);
+  EncodeHeader(ns, key, payload.size(), Get64(h + 64), expected);
   // Every field but the checksum must be what this block's header holds.
   if (std::memcmp(h, expected, 64) != 0) {
     const char* what = Get64(h + 8) != ns.id                                ? "namespace"
@@ -123,12 +119,21 @@ Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, cons
                                                                             : "header";
     return CorruptionError(std::string("remote value: another ") + what);
   }
-  const auto* payload = reinterpret_cast<const std::byte*>(h + kRemoteHeaderBytes);
-  // Copied while hashed (one pass); on a mismatch the bytes already in
-  // `out` are the caller's to discard (a slot that will not be committed).
-  const uint64_t sum = ChecksumAndCopy(out, {payload, out.size()});
-  if (sum != Get64(h + 64)) return CorruptionError("remote value: checksum mismatch");
+  if (BlockChecksum(payload) != Get64(h + 64)) {
+    return CorruptionError("remote value: checksum mismatch");
+  }
   return Status::Ok();
+}
+
+Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, const BlockKey& key,
+                         std::span<std::byte> out) {
+  if (value.size() != kRemoteHeaderBytes + out.size()) {
+    return CorruptionError("remote value of " + std::to_string(value.size()) + " bytes, expected " +
+                           std::to_string(kRemoteHeaderBytes + out.size()));
+  }
+  const auto bytes = std::as_bytes(std::span(value));
+  std::memcpy(out.data(), bytes.data() + kRemoteHeaderBytes, out.size());
+  return CheckRemoteValue(bytes.first(kRemoteHeaderBytes), ns, key, out);
 }
 
 // ---- RemoteStore -----------------------------------------------------------
@@ -303,16 +308,23 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
       bytes += outs[end].size();
       ++end;
     }
+    const size_t n = end - done;
     std::vector<std::string> names;
     std::vector<RedisCommand> cmds;
-    names.reserve(end - done);
-    cmds.reserve(end - done);
-    for (size_t i = done; i < end; ++i) names.push_back(KeyOf(ns.id, keys[i]));
-    for (const std::string& n : names) cmds.push_back({{"GET", n}, 1});
-    // Each reply is checked and copied out as it arrives, then freed: the
-    // batch is never held whole (32 MiB of 2 MiB values), and the copy reads
-    // a value still in cache.
-    const size_t n = cmds.size();
+    // Each value is read from the socket straight into its place: the
+    // header into `headers`, the payload into its `outs` slot (no copy),
+    // then checked there as its reply arrives, while it is still in cache.
+    std::vector<std::array<std::byte, kRemoteHeaderBytes>> headers(n);
+    std::vector<std::array<std::span<std::byte>, 2>> into(n);
+    names.reserve(n);
+    cmds.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      names.push_back(KeyOf(ns.id, keys[done + i]));
+      into[i] = {std::span(headers[i]), outs[done + i]};
+      RedisCommand get{{"GET", names.back()}, 1};
+      get.reply_into = into[i];
+      cmds.push_back(std::move(get));
+    }
     std::vector<Status> outcome(n);
     std::vector<uint8_t> kind(n, 0);  // 0 ok, 1 miss, 2 corrupt, 3 failure
     cluster_->RunEach(cmds, [&](size_t i, Result<RedisReply> r) {
@@ -324,7 +336,9 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
       } else if (r->type() != RedisReply::Type::kString) {
         kind[i] = 3;
         outcome[i] = UnavailableError("remote GET: " + std::string(r->str()));
-      } else if (Status s = DecodeRemoteValue(r->str(), ns, keys[done + i], outs[done + i]);
+      } else if (Status s = r->landed()
+                                ? CheckRemoteValue(headers[i], ns, keys[done + i], outs[done + i])
+                                : DecodeRemoteValue(r->str(), ns, keys[done + i], outs[done + i]);
                  !s.ok()) {
         kind[i] = 2;
         outcome[i] = std::move(s);
@@ -364,15 +378,16 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
 Status RemoteStore::Write(const RemoteNamespace& ns, const BlockKey& key,
                           std::span<const std::byte> payload) {
   if (Paused()) return UnavailableError("remote tier paused");
-  // One value buffer per thread, reused: a fresh 2 MiB allocation per write
-  // is an mmap, page faults on first touch and an munmap (0.3x raw SET from
-  // four threads, bench/bench_remote.cc).
-  thread_local std::vector<std::byte> value;
-  EncodeRemoteValueInto(ns, key, payload, &value);
+  // The header is the last argument and the payload goes on from where it
+  // lies: nothing is copied on the way to the socket.
+  std::array<std::byte, kRemoteHeaderBytes> header;
+  EncodeRemoteHeader(ns, key, payload, header);
   const std::string name = KeyOf(ns.id, key);
   RedisCommand set{
-      {"SET", name, std::string_view(reinterpret_cast<const char*>(value.data()), value.size())},
+      {"SET", name, std::string_view(reinterpret_cast<const char*>(header.data()), header.size())},
       1};
+  set.last_arg_tail =
+      std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size());
   auto replies = cluster_->Run(std::span(&set, 1));
   Status status;
   if (!replies[0]) {

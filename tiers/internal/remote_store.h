@@ -48,17 +48,22 @@ using tiers::RemoteStats;
 inline constexpr size_t kRemoteHeaderBytes = 72;
 inline constexpr uint16_t kRemoteFormatVersion = 1;
 
-// Encodes a value: header + payload. REQUIRES: payload.size() == the
-// layout's BlockBytes().
+// The header of `payload`'s value (its checksum computed here) into
+// `header` (kRemoteHeaderBytes). REQUIRES: payload.size() == the layout's
+// BlockBytes().
+void EncodeRemoteHeader(const RemoteNamespace& ns, const BlockKey& key,
+                        std::span<const std::byte> payload, std::span<std::byte> header);
+// A whole value, header + payload (tests write such values themselves).
 std::vector<std::byte> EncodeRemoteValue(const RemoteNamespace& ns, const BlockKey& key,
                                          std::span<const std::byte> payload);
-// The same into `value`, reusing its capacity.
-void EncodeRemoteValueInto(const RemoteNamespace& ns, const BlockKey& key,
-                           std::span<const std::byte> payload, std::vector<std::byte>* value);
-// Checks a value against the block asked for and copies its payload into
-// `out` (the block's size). Corruption, naming the first field that differs,
-// for anything but exactly that block; `out` then holds no block (maybe the
-// value's bytes, copied while they were checked): discard it.
+// Checks a value read as `header` and `payload` (where it was read to)
+// against the block asked for: Corruption, naming the first field that
+// differs, for anything but exactly that block (then `payload` holds no
+// block: discard it).
+Status CheckRemoteValue(std::span<const std::byte> header, const RemoteNamespace& ns,
+                        const BlockKey& key, std::span<const std::byte> payload);
+// The same for a value in one piece, its payload copied into `out` (the
+// block's size); a value of another size is Corruption.
 Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, const BlockKey& key,
                          std::span<std::byte> out);
 

@@ -1,0 +1,265 @@
+#include "tiers/internal/resp.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+namespace kvtier::tiers::internal {
+
+// ---- RedisReply --------------------------------------------------------------
+
+RedisReply RedisReply::Text(Type type, std::string text) {
+  RedisReply r;
+  r.type_ = type;
+  r.text_ = std::move(text);
+  return r;
+}
+
+RedisReply RedisReply::Integer(int64_t value) {
+  RedisReply r;
+  r.type_ = Type::kInteger;
+  r.integer_ = value;
+  return r;
+}
+
+RedisReply RedisReply::Array(std::vector<RedisReply> elements) {
+  RedisReply r;
+  r.type_ = Type::kArray;
+  r.elements_ = std::move(elements);
+  return r;
+}
+
+RedisReply RedisReply::Landed(size_t bytes) {
+  RedisReply r;
+  r.type_ = Type::kString;
+  r.landed_ = true;
+  r.landed_bytes_ = bytes;
+  return r;
+}
+
+namespace {
+
+std::string SocketError(const char* what, int err) {
+  if (err == EAGAIN || err == EWOULDBLOCK) return std::string("") + what + " timed out";
+  return std::string(what) + ": " + std::strerror(err);
+}
+
+// An argument up to this size is copied into the framing text; a larger
+// one is sent from its own memory.
+constexpr size_t kInlineArgBytes = 512;
+
+}  // namespace
+
+// ---- writing -----------------------------------------------------------------
+
+Status WriteCommands(int fd, std::span<const RedisCommand* const> commands) {
+  // The pieces to send, in order: a run of the framing text or an
+  // argument's own bytes. Text offsets are resolved once the text is whole
+  // (it may move while it grows).
+  struct Piece {
+    bool text = false;
+    const char* at = nullptr;  // own bytes
+    size_t off = 0;            // text
+    size_t len = 0;
+  };
+  std::string text;
+  std::vector<Piece> pieces;
+  auto add_text = [&](std::string_view s) {
+    if (pieces.empty() || !pieces.back().text) pieces.push_back({true, nullptr, text.size(), 0});
+    text.append(s);
+    pieces.back().len += s.size();
+  };
+  auto add_bytes = [&](std::string_view s) {
+    if (s.size() <= kInlineArgBytes) {
+      add_text(s);
+    } else {
+      pieces.push_back({false, s.data(), 0, s.size()});
+    }
+  };
+  char num[24];
+  auto add_count = [&](char tag, size_t n) {
+    const auto [end, ec] = std::to_chars(num, num + sizeof(num), n);
+    add_text(std::string_view(&tag, 1));
+    add_text(std::string_view(num, static_cast<size_t>(end - num)));
+    add_text("\r\n");
+  };
+  for (const RedisCommand* cmd : commands) {
+    add_count('*', cmd->args.size());
+    for (size_t i = 0; i < cmd->args.size(); ++i) {
+      const bool last = i + 1 == cmd->args.size();
+      const std::string_view tail = last ? cmd->last_arg_tail : std::string_view();
+      add_count('$', cmd->args[i].size() + tail.size());
+      add_bytes(cmd->args[i]);
+      if (!tail.empty()) add_bytes(tail);
+      add_text("\r\n");
+    }
+  }
+  std::vector<iovec> iov(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    iov[i].iov_base = const_cast<char*>(p.text ? text.data() + p.off : p.at);
+    iov[i].iov_len = p.len;
+  }
+  // sendmsg, not writev: MSG_NOSIGNAL (a closed peer is an error, not SIGPIPE).
+  size_t first = 0;
+  while (first < iov.size()) {
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return UnavailableError(SocketError("write", errno));
+    }
+    auto left = static_cast<size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (left > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+    while (first < iov.size() && iov[first].iov_len == 0) ++first;
+  }
+  return Status::Ok();
+}
+
+// ---- reading -----------------------------------------------------------------
+
+Status RespReader::Fill() {
+  if (pos_ == len_) {
+    pos_ = len_ = 0;
+  } else if (len_ == buf_.size()) {
+    if (pos_ == 0) return UnavailableError("a reply line longer than 64 KiB");
+    std::memmove(buf_.data(), buf_.data() + pos_, len_ - pos_);
+    len_ -= pos_;
+    pos_ = 0;
+  }
+  for (;;) {
+    const ssize_t n = ::read(fd_, buf_.data() + len_, buf_.size() - len_);
+    if (n > 0) {
+      len_ += static_cast<size_t>(n);
+      return Status::Ok();
+    }
+    if (n == 0) return UnavailableError("connection closed by the server");
+    if (errno != EINTR) return UnavailableError(SocketError("read", errno));
+  }
+}
+
+Result<std::string_view> RespReader::Line() {
+  size_t scanned = pos_;
+  for (;;) {
+    const char* begin = buf_.data() + scanned;
+    const void* cr = std::memchr(begin, '\r', len_ - scanned);
+    if (cr != nullptr) {
+      const auto at = static_cast<size_t>(static_cast<const char*>(cr) - buf_.data());
+      if (at + 1 < len_) {
+        if (buf_[at + 1] != '\n') return UnavailableError("malformed reply (CR without LF)");
+        std::string_view line(buf_.data() + pos_, at - pos_);
+        pos_ = at + 2;
+        return line;
+      }
+      scanned = at;  // the LF is not here yet
+    } else {
+      scanned = len_;
+    }
+    const size_t start = pos_;
+    KVTIER_RETURN_IF_ERROR(Fill());
+    scanned -= start - pos_;  // Fill may have moved the unread bytes to the front
+  }
+}
+
+Result<int64_t> RespReader::Number() {
+  KVTIER_ASSIGN_OR_RETURN(std::string_view line, Line());
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), v);
+  if (ec != std::errc() || end != line.data() + line.size()) {
+    return UnavailableError("malformed reply (bad length or integer)");
+  }
+  return v;
+}
+
+Status RespReader::Exact(std::span<std::byte> out) {
+  const size_t buffered = std::min(out.size(), len_ - pos_);
+  if (buffered > 0) std::memcpy(out.data(), buf_.data() + pos_, buffered);
+  pos_ += buffered;
+  // The rest straight from the socket into `out`, never through the buffer.
+  size_t got = buffered;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd_, out.data() + got, out.size() - got);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n == 0) {
+      return UnavailableError("connection closed by the server");
+    } else if (errno != EINTR) {
+      return UnavailableError(SocketError("read", errno));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<RedisReply> RespReader::Next(std::span<const std::span<std::byte>> into) {
+  return Parse(into, 0);
+}
+
+Result<RedisReply> RespReader::Parse(std::span<const std::span<std::byte>> into, int depth) {
+  if (pos_ == len_) KVTIER_RETURN_IF_ERROR(Fill());
+  const char tag = buf_[pos_++];
+  switch (tag) {
+    case '+':
+    case '-': {
+      KVTIER_ASSIGN_OR_RETURN(std::string_view line, Line());
+      return RedisReply::Text(tag == '+' ? RedisReply::Type::kStatus : RedisReply::Type::kError,
+                              std::string(line));
+    }
+    case ':': {
+      KVTIER_ASSIGN_OR_RETURN(int64_t v, Number());
+      return RedisReply::Integer(v);
+    }
+    case '$': {
+      KVTIER_ASSIGN_OR_RETURN(int64_t n, Number());
+      if (n == -1) return RedisReply();
+      if (n < 0 || n > kMaxBulkBytes) return UnavailableError("malformed bulk length");
+      const auto bytes = static_cast<size_t>(n);
+      size_t want = 0;
+      for (const std::span<std::byte>& s : into) want += s.size();
+      RedisReply reply;
+      if (!into.empty() && want == bytes) {
+        for (const std::span<std::byte>& s : into) KVTIER_RETURN_IF_ERROR(Exact(s));
+        reply = RedisReply::Landed(bytes);
+      } else {
+        std::string text(bytes, '\0');
+        KVTIER_RETURN_IF_ERROR(Exact(std::as_writable_bytes(std::span(text))));
+        reply = RedisReply::Text(RedisReply::Type::kString, std::move(text));
+      }
+      std::byte crlf[2];
+      KVTIER_RETURN_IF_ERROR(Exact(crlf));
+      if (crlf[0] != std::byte{'\r'} || crlf[1] != std::byte{'\n'}) {
+        return UnavailableError("malformed reply (bulk string not ended by CRLF)");
+      }
+      return reply;
+    }
+    case '*': {
+      KVTIER_ASSIGN_OR_RETURN(int64_t n, Number());
+      if (n == -1) return RedisReply();
+      if (n < 0 || n > kMaxElements || depth >= 8) {
+        return UnavailableError("malformed array reply");
+      }
+      std::vector<RedisReply> elements;
+      elements.reserve(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        KVTIER_ASSIGN_OR_RETURN(RedisReply e, Parse({}, depth + 1));
+        elements.push_back(std::move(e));
+      }
+      return RedisReply::Array(std::move(elements));
+    }
+    default:
+      return UnavailableError("malformed reply (type byte " +
+                              std::to_string(static_cast<uint8_t>(tag)) + ")");
+  }
+}
+
+}  // namespace kvtier::tiers::internal
