@@ -83,12 +83,10 @@ Result<std::unique_ptr<tiers::RemoteTier>> BuildRemoteTier(const DaemonConfig& c
   return remote;
 }
 
-Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
-                                                        tiers::IoExecutor* io,
-                                                        tiers::IoExecutor* copies,
-                                                        tiers::IoExecutor* remote_io,
-                                                        std::unique_ptr<tiers::RemoteTier> remote,
-                                                        std::function<void()> events_ready) {
+Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(
+    const DaemonConfig& c, tiers::IoExecutor* io, tiers::IoExecutor* copies,
+    tiers::IoExecutor* remote_io, std::unique_ptr<tiers::RemoteTier> remote,
+    const std::string& keys_secret_id, std::function<void()> events_ready) {
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<tiers::Tier> device, BuildDeviceTier(c));
   tiers::ArenaTierOptions host_options{c.host_capacity_bytes, c.host_slab_bytes,
                                        c.host_reserve_memory};
@@ -102,6 +100,7 @@ Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(const DaemonConfig& c,
     ssd_options.capacity_bytes = c.ssd_capacity_bytes;
     ssd_options.direct_io = c.ssd_direct_io;
     ssd_options.prepare = c.ssd_prepare;
+    ssd_options.keys_secret_id = keys_secret_id;
     ssd_options.note = [](const std::string& line) { Log(LogLevel::kInfo, "ssd: " + line); };
     auto opened = tiers::NewSsdTier(ssd_options);
     if (!opened) return opened.status().WithContext("ssd tier at " + c.ssd_dir);
@@ -202,8 +201,12 @@ int Run(const DaemonConfig& config) {
       if (!ec && feed) feed->Flush();
     });
   };
+  // With a remote tier the ssd directory's blocks are keyed under the
+  // deployment secret; it keeps a verifier of it and refuses another.
+  const std::string keys_secret_id =
+      deployment_secret.empty() ? "" : tiers::DeploymentSecretVerifier(deployment_secret);
   auto built = BuildEngine(config, ssd_io.get(), copies.get(), remote_io.get(), std::move(remote),
-                           events_ready);
+                           keys_secret_id, events_ready);
   if (!built) {
     Log(LogLevel::kError, Str("cannot build the tiers: ", built.status().ToString()));
     return 1;

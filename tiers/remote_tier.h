@@ -109,4 +109,10 @@ class RemoteTier {
 Result<std::unique_ptr<RemoteTier>> NewRemoteTier(const RemoteTierOptions& options,
                                                   std::span<const std::byte> deployment_secret);
 
+// A verifier of a deployment secret, 32 hex digits: a hash of it under a
+// label, never the secret. The cluster keeps it (`<prefix>:deployment`), and
+// so does an ssd directory whose blocks are keyed under it
+// (SsdTierOptions::keys_secret_id).
+std::string DeploymentSecretVerifier(std::span<const std::byte> deployment_secret);
+
 }  // namespace kvtier::tiers

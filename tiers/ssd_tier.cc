@@ -138,6 +138,7 @@ Result<std::unique_ptr<Tier>> NewSsdTier(const SsdTierOptions& options) {
   o.dir = options.dir;
   o.capacity_bytes = options.capacity_bytes;
   o.direct_io = options.direct_io;
+  o.keys_secret_id = options.keys_secret_id;
   if (options.note)
     o.note = [note = options.note](std::string_view line) { note(std::string(line)); };
   if (options.prepare == "background") {

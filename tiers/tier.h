@@ -193,6 +193,12 @@ struct SsdTierOptions {
   // Receives notes worth an operator's attention (preparation started,
   // done, stopped; O_DIRECT refused). Empty: stderr.
   std::function<void(const std::string&)> note;
+  // Names the secret the blocks' keys are hashed under when it is not the
+  // directory's own: DeploymentSecretVerifier (remote_tier.h) of the
+  // deployment secret of a node with a remote tier. A directory holding
+  // blocks keyed under another secret is refused (FailedPrecondition).
+  // Empty: the directory's own secret (persistent_secret()).
+  std::string keys_secret_id;
 };
 
 // The SSD tier: block payloads in one preallocated slot file on local disk, the index of

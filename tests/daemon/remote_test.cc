@@ -132,6 +132,17 @@ class RemoteTest : public ::testing::Test {
     EXPECT_TRUE(lease->Release().ok());
     return n;
   }
+  // Waits until `bytes` of blocks are written through to the ssd tier and
+  // no write is still under way.
+  static bool WaitOnDisk(Client& c, uint64_t bytes) {
+    for (int i = 0; i < 200; ++i) {
+      if (Num(StatOf(c, "tier.ssd.used_bytes")) >= bytes && StatOf(c, "moves_in_flight") == "0") {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+  }
   // Waits until the node's STATS entry reaches `at_least`.
   static bool WaitStat(Client& c, const std::string& name, uint64_t at_least) {
     for (int i = 0; i < 200; ++i) {
@@ -211,6 +222,52 @@ TEST_F(RemoteTest, ANodeWithAnotherDeploymentSecretIsRefused) {
                                         &log);
   EXPECT_TRUE(WIFEXITED(no_secret) && WEXITSTATUS(no_secret) != 0);
   EXPECT_NE(log.find("remote.secret_file"), std::string::npos) << log;
+}
+
+TEST_F(RemoteTest, AnSsdDirectoryKeyedUnderAnotherSecretIsRefused) {
+  StartCluster();
+  const std::string ssd = dir_ + "/ssd";
+  // Written through, so the blocks are on disk when the node stops.
+  const std::vector<std::string> ssd_args = {
+      "--ssd-dir",     ssd,      "--ssd-capacity",     "64MiB",
+      "--ssd-prepare", "sparse", "--ssd-write-through"};
+  {
+    // This node's blocks, keyed under its ssd directory's own secret.
+    auto alone = Daemon::Start(ssd_args);
+    ASSERT_NE(alone, nullptr);
+    auto c = Connect(*alone);
+    ASSERT_NE(c, nullptr);
+    ASSERT_EQ(Put(*c, Prompt(11, 3)).size(), 3u);
+    ASSERT_TRUE(WaitOnDisk(*c, 3 * 16384));
+  }
+  std::vector<std::string> args = {"--socket", dir_ + "/r.sock", "--no-reserve-memory",
+                                   "--metrics-address", ""};
+  args.insert(args.end(), ssd_args.begin(), ssd_args.end());
+  for (const std::string& a : NodeArgs()) args.push_back(a);
+  std::string log;
+  const int status = RunDaemonToExit(args, &log);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << log;
+  EXPECT_NE(log.find("hashed under the directory's own secret"), std::string::npos) << log;
+  // An empty directory joins the deployment, and then refuses another one.
+  std::filesystem::remove_all(ssd);
+  {
+    Daemon* node = StartNode(ssd_args);
+    ASSERT_NE(node, nullptr);
+    auto c = Connect(*node);
+    ASSERT_NE(c, nullptr);
+    ASSERT_EQ(Put(*c, Prompt(12, 3)).size(), 3u);
+    ASSERT_TRUE(WaitOnDisk(*c, 3 * 16384));
+    nodes_.clear();
+  }
+  const std::string other =
+      WriteSecret("b", "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100");
+  args.back() = other;             // --remote-secret-file
+  redis_ = RedisHarness::Start();  // a fresh cluster, so only the directory objects
+  ASSERT_NE(redis_, nullptr);
+  args[args.size() - 3] = redis_->seed_list();
+  const int other_status = RunDaemonToExit(args, &log);
+  EXPECT_TRUE(WIFEXITED(other_status) && WEXITSTATUS(other_status) != 0) << log;
+  EXPECT_NE(log.find("hashed under the deployment secret"), std::string::npos) << log;
 }
 
 TEST_F(RemoteTest, AClusterStoppedLeavesTheNodeServingItsOwnTiers) {

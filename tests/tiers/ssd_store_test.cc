@@ -327,6 +327,51 @@ TEST_F(SsdStoreTest, SecretIsPrivateAndStable) {
   EXPECT_TRUE(std::equal(first.begin(), first.end(), store->master_secret().begin()));
 }
 
+TEST_F(SsdStoreTest, BlocksKeyedUnderAnotherSecretAreRefusedNeverOrphaned) {
+  SsdOptions own = Options();
+  SsdOptions deployment_a = Options();
+  deployment_a.keys_secret_id = "0123456789abcdef0123456789abcdef";
+  SsdOptions deployment_b = Options();
+  deployment_b.keys_secret_id = "fedcba9876543210fedcba9876543210";
+  {
+    auto store = Open(own);  // a node without a remote tier writes a block
+    ASSERT_NE(store, nullptr);
+    Put(*store, 1, 4096);
+  }
+  // Those blocks are keyed under the directory's own secret: a node that now
+  // hashes under a deployment secret could never find them.
+  auto refused = SsdStore::Open(deployment_a);
+  ASSERT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("the directory's own secret"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_FALSE(fs::exists(dir_ + "/keys"));
+  {
+    auto store = Open(own);  // nothing was changed: the blocks are still served
+    ASSERT_NE(store, nullptr);
+    size_t records = 0;
+    ASSERT_TRUE(store
+                    ->ForEachRecord([&](const SsdRecord&) {
+                      ++records;
+                      return Status::Ok();
+                    })
+                    .ok());
+    EXPECT_EQ(records, 1u);
+  }
+  // An empty directory takes the deployment's name, and keeps it.
+  fs::remove_all(dir_);
+  {
+    auto store = Open(deployment_a);
+    ASSERT_NE(store, nullptr);
+    Put(*store, 2, 4096);
+  }
+  ASSERT_NE(Open(deployment_a), nullptr);
+  refused = SsdStore::Open(deployment_b);
+  ASSERT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("01234567"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_EQ(SsdStore::Open(own).status().code(), StatusCode::kFailedPrecondition);
+}
+
 TEST_F(SsdStoreTest, NoSpaceOnWriteIsResourceExhaustedAndWritesNoRecord) {
   FaultInjector faults;
   SsdOptions o = Options();

@@ -150,18 +150,9 @@ Result<std::unique_ptr<RemoteStore>> RemoteStore::Open(
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RedisCluster> cluster,
                           RedisCluster::Connect(options.redis));
-  // The verifier: a hash of the secret under a label, never the secret.
-  std::vector<std::byte> labelled;
-  const std::string_view label = "kvtier deployment secret verifier v1";
-  for (char c : label) labelled.push_back(static_cast<std::byte>(c));
-  labelled.insert(labelled.end(), deployment_secret.begin(), deployment_secret.end());
-  const uint64_t a = BlockChecksum(labelled);
-  labelled.push_back(std::byte{1});
-  const uint64_t b = BlockChecksum(labelled);
-  char verifier[33];
-  std::snprintf(verifier, sizeof(verifier), "%016" PRIx64 "%016" PRIx64, a, b);
+  const std::string verifier = DeploymentSecretVerifier(deployment_secret);
   const std::string key = options.key_prefix + ":deployment";
-  const std::string_view v(verifier, 32);
+  const std::string_view v = verifier;
   RedisCommand set{{"SET", key, v, "NX"}, 1};
   RedisCommand get{{"GET", key}, 1};
   auto replies = cluster->Run(std::span(&set, 1));
@@ -444,6 +435,19 @@ std::string RemoteStore::description() const {
 }  // namespace kvtier::tiers::internal
 
 namespace kvtier::tiers {
+
+std::string DeploymentSecretVerifier(std::span<const std::byte> deployment_secret) {
+  std::vector<std::byte> labelled;
+  const std::string_view label = "kvtier deployment secret verifier v1";
+  for (char c : label) labelled.push_back(static_cast<std::byte>(c));
+  labelled.insert(labelled.end(), deployment_secret.begin(), deployment_secret.end());
+  const uint64_t a = internal::BlockChecksum(labelled);
+  labelled.push_back(std::byte{1});
+  const uint64_t b = internal::BlockChecksum(labelled);
+  char verifier[33];
+  std::snprintf(verifier, sizeof(verifier), "%016" PRIx64 "%016" PRIx64, a, b);
+  return std::string(verifier, 32);
+}
 
 Result<std::unique_ptr<RemoteTier>> NewRemoteTier(const RemoteTierOptions& options,
                                                   std::span<const std::byte> deployment_secret) {

@@ -28,6 +28,7 @@ namespace fs = std::filesystem;
 
 constexpr char kFormatFile[] = "FORMAT";
 constexpr char kSecretFile[] = "secret";
+constexpr char kKeysFile[] = "keys";
 constexpr char kIndexDir[] = "index";
 constexpr uint8_t kRecordVersion = 1;
 constexpr uint8_t kNamespaceVersion = 1;
@@ -380,6 +381,7 @@ Result<std::unique_ptr<SsdStore>> SsdStore::Open(const SsdOptions& options) {
       store->namespaces_.push_back(std::move(ns));
     }
     KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), "read namespaces of " + index_path));
+    KVTIER_RETURN_IF_ERROR(store->CheckKeysSecret());
     KVTIER_RETURN_IF_ERROR(store->OpenFile(region_bytes));
     switch (options.preallocate) {
       case SsdPreallocate::kWrite:
@@ -397,6 +399,36 @@ Result<std::unique_ptr<SsdStore>> SsdStore::Open(const SsdOptions& options) {
     }
     return store;
   });
+}
+
+Status SsdStore::CheckKeysSecret() {
+  const std::string path = options_.dir + "/" + kKeysFile;
+  std::string held;  // absent: the directory's own secret
+  if (::access(path.c_str(), F_OK) == 0) {
+    KVTIER_ASSIGN_OR_RETURN(held, ReadSmallFile(path, 256));
+  }
+  const std::string& want = options_.keys_secret_id;
+  if (held == want) return Status::Ok();
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  it->Seek(std::string(1, kRecordPrefix));
+  const bool has_blocks = it->Valid() && it->key().starts_with(rocksdb::Slice(&kRecordPrefix, 1));
+  KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), "read the index of " + options_.dir));
+  if (has_blocks) {
+    auto name = [](const std::string& id) {
+      return id.empty() ? std::string("the directory's own secret")
+                        : "the deployment secret " + id.substr(0, 8) + "...";
+    };
+    return FailedPreconditionError(
+        "SSD data directory " + options_.dir + " holds blocks whose keys were hashed under " +
+        name(held) + ", not " + name(want) +
+        ": none of them could be found. Give this node another ssd.dir, or empty this one "
+        "(its blocks are a cache; they will be computed again)");
+  }
+  if (want.empty()) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink", path);
+    return Status::Ok();
+  }
+  return WriteFileDurably(options_.dir, kKeysFile, want, 0644, false, nullptr);
 }
 
 Status SsdStore::OpenFile(uint64_t region_bytes) {

@@ -6,6 +6,9 @@
 //   FORMAT      "kvtier-ssd-format 2\nregion-bytes R\n"; another version is
 //               refused and nothing in the directory is changed
 //   secret      32 random bytes, mode 0600, made at first open
+//   keys        present when the blocks' keys are hashed under a secret not
+//               the directory's own (a remote tier's deployment secret): a
+//               verifier of that secret (SsdOptions::keys_secret_id)
 //   index/      RocksDB: block records and the namespace table
 //   blocks.dat  the slot file, `capacity` bytes (rounded down to regions)
 //
@@ -105,6 +108,13 @@ struct SsdOptions {
   // Receives notes worth logging (O_DIRECT or hole punching unavailable).
   // Empty means stderr.
   NoteFn note;
+  // Names the secret the blocks' keys are hashed under when it is not the
+  // directory's own (a deployment secret shared with other nodes: a
+  // verifier of it, never the secret). Kept in the file `keys`. A directory
+  // holding blocks hashed under another secret than this names is refused
+  // (FailedPrecondition), since none of them could ever be found again; an
+  // empty one takes the new name. Empty: the directory's own secret.
+  std::string keys_secret_id;
 };
 
 // A slot: `slot_bytes` at page `page` (4 KiB units) of blocks.dat.
@@ -233,6 +243,8 @@ class SsdStore {
  private:
   explicit SsdStore(SsdOptions options);
   Status OpenFile(uint64_t region_bytes);
+  // Compares the file `keys` with options_.keys_secret_id (see there).
+  Status CheckKeysSecret();
   // Writes regions from prepared_regions_ to the end of the file, unless
   // stopped; runs in Open (kWrite) or on prepare_thread_ (kBackground).
   void PrepareRegions();
