@@ -15,6 +15,8 @@ router that reads vLLM's events reads these. What the tests prove:
  - blocks the host tier evicts are BlockRemoved, each after its BlockStored;
  - a subscriber that connects late gets what it missed from the replay
    socket, byte for byte what went out live, then the end marker;
+ - a warm restart announces what it restored from the ssd tier, on
+   "STORAGE", after its AllBlocksCleared;
  - a subscriber that never reads does not hold the daemon back: the PUB
    socket drops its messages, every request succeeds, every event is
    published.
@@ -367,6 +369,38 @@ def test_a_late_subscriber_replays_what_it_missed(events, ctx):
     by_seq: Dict[int, Batch] = {b.seq: b for b in replayed}
     for b in live:
         assert (by_seq[b.seq].topic, by_seq[b.seq].payload) == (b.topic, b.payload)
+
+
+def test_a_warm_restart_announces_the_blocks_it_restored_on_storage(events, ctx, tmp_path):
+    # A chain written through to the ssd tier survives a restart; the new
+    # daemon's stream starts with AllBlocksCleared (forget what the old one
+    # said) and then tells which blocks it still holds: the chain, on
+    # "STORAGE", chained as it was written.
+    d, _, rep = events(
+        "--ssd-dir", str(tmp_path / "ssd"), "--ssd-capacity", "64MiB", "--ssd-prepare", "sparse",
+        "--ssd-write-through",
+    )
+    with kvtier.Client(MODEL, LAYOUT, socket=d.socket) as c:
+        keys = c.block_keys(list(range(3 * LAYOUT.block_tokens)))
+        assert c.put(keys, blocks(c, 3)) == [kvtier.WriteState.ALLOCATED] * 3
+
+        def on_disk() -> bool:
+            s = c.stats()
+            return s["tier.ssd.used_bytes"] >= 3 * c.block_bytes and s["moves_in_flight"] == 0
+
+        assert wait_for(on_disk)
+    assert d.stop() == 0
+    d.start()
+    assert "warm restart: 3 blocks restored" in d.log()
+    topic = MODEL.encode()
+    assert wait_for(lambda: len(flat(replay(ctx, rep, 0), topic)) == 3)
+    after = replay(ctx, rep, 0)
+    assert (after[0].seq, after[0].topic, after[0].events) == (
+        0, b"", [{"type": "AllBlocksCleared"}])
+    restored = [e for b in after if b.topic == topic for e in b.events]
+    assert restored == [dict(stored(keys, None, LAYOUT.block_tokens), medium="STORAGE")]
+    with kvtier.Client(MODEL, LAYOUT, socket=d.socket) as c:
+        assert c.get(keys) == blocks(c, 3).tobytes()
 
 
 def test_a_subscriber_that_never_reads_does_not_hold_the_daemon_back(events, ctx, tmp_path):
