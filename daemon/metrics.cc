@@ -312,7 +312,7 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
                  "expired, yielded (a write needed the room), withdrawn (by the worker, its "
                  "session's end, or the block removed)");
   f.Scalar("kvtier_prefetched_blocks_total", kCounter,
-           "Hinted blocks read from the SSD into the host ahead of their request",
+           "Hinted blocks read from the SSD or the remote tier into the host ahead of their request",
            static_cast<double>(e.prefetched_blocks));
   f.Scalar("kvtier_prefetched_used_blocks_total", kCounter,
            "Prefetched blocks acquired afterwards (the prefetch saved the request a disk read)",

@@ -183,16 +183,17 @@ struct EngineStats {
   uint64_t shadow_blocks = 0;          // write-through copies on the ssd of blocks in memory
   uint64_t write_through_skipped = 0;  // committed blocks not written through (full, paused)
   // Hints (CacheEngine::Hint).
-  uint64_t hinted_blocks = 0;      // blocks a hint began to protect
-  uint64_t hints_used = 0;         // hinted blocks acquired while protected
-  uint64_t hints_expired = 0;      // protections that ran out unused
-  uint64_t hints_yielded = 0;      // protections given up so a write or move found room
-  uint64_t hints_withdrawn = 0;    // ended otherwise: Unhint, session end, the block removed
-                                   // or dropped with an ancestor
-  uint64_t hints_refused = 0;      // Hint calls refused: the owner's bound
-  uint64_t prefetched_blocks = 0;  // hinted blocks read from the ssd into the host ahead of use
-  uint64_t prefetched_used = 0;    // of which acquired afterwards
-  uint64_t hinted_now = 0;         // blocks protected by hints now (a gauge)
+  uint64_t hinted_blocks = 0;    // blocks a hint began to protect
+  uint64_t hints_used = 0;       // hinted blocks acquired while protected
+  uint64_t hints_expired = 0;    // protections that ran out unused
+  uint64_t hints_yielded = 0;    // protections given up so a write or move found room
+  uint64_t hints_withdrawn = 0;  // ended otherwise: Unhint, session end, the block removed
+                                 // or dropped with an ancestor
+  uint64_t hints_refused = 0;    // Hint calls refused: the owner's bound
+  uint64_t prefetched_blocks =
+      0;  // hinted blocks read from the ssd or the remote tier into the host ahead of use
+  uint64_t prefetched_used = 0;  // of which acquired afterwards
+  uint64_t hinted_now = 0;       // blocks protected by hints now (a gauge)
   // The remote tier (tiers/remote_tier.h).
   bool remote_present = false;
   std::string remote_description;
@@ -364,7 +365,9 @@ class CacheEngine {
   // chain is `keys`. The leading present blocks of the chain are protected
   // from eviction until `until` (the engine's clock), until the hint is
   // used, or until the owner withdraws it; those on an io_bound tier (the
-  // ssd) are read into the host tier ahead of use. Hints count: a block
+  // ssd) are read into the host tier ahead of use, and so are the blocks
+  // past the local run that the remote tier holds (then protected too, as
+  // they arrive). Hints count: a block
   // hinted for two waiting requests (a shared prefix) stays protected until
   // both have used their hint; each acquire of a hinted block uses one hint
   // on it (whoever acquires: the process that reads a request's blocks need
@@ -432,7 +435,7 @@ class CacheEngine {
     bool shadow_pending = false;  // its write is in flight (the block is pinned)
     SlotId shadow = 0;
     bool hinted = false;      // protected by hints (hints_ has its owners)
-    bool prefetched = false;  // read from the ssd by a hint, not acquired since
+    bool prefetched = false;  // read ahead by a hint (ssd, remote), not acquired since
     bool in_remote = false;   // written to (or read from) the remote tier: not written again
   };
 
@@ -546,12 +549,21 @@ class CacheEngine {
   // Where the local run of `keys` ends, if the remote tier may hold the
   // rest: the index of the first key not cached here at all.
   std::optional<size_t> RemoteStart(NamespaceId ns, std::span<const BlockKey> keys) const;
-  // Asks the remote tier how many of keys[from..] it holds, reads those
-  // into the host tier, then acquires as AcquireLocal.
-  void FetchThenAcquire(NamespaceId ns, std::vector<BlockKey> keys, size_t from, TierKind tier,
-                        std::function<void(Result<Lease>)> done);
-  void ReadRemote(NamespaceId ns, std::vector<BlockKey> keys, size_t from, size_t count,
-                  TierKind tier, std::function<void(Result<Lease>)> done);
+  // Asks the remote tier how many of (*chain)[from..] it holds, reads those
+  // into the host tier (committed, visible), then calls then(read) on the
+  // engine's thread, read being how many arrived (0 also when the cluster
+  // held none or the queue was full).
+  using Chain = std::shared_ptr<const std::vector<BlockKey>>;
+  void FetchRemote(NamespaceId ns, Chain chain, size_t from, std::function<void(size_t)> then);
+  void ReadRemote(NamespaceId ns, Chain chain, size_t from, size_t count,
+                  std::function<void(size_t)> then);
+  // Hint without the remote tier's read-ahead.
+  Result<HintResult> HintLocal(uint64_t owner, NamespaceId ns, std::span<const BlockKey> keys,
+                               TimeNs until);
+  // A hint's read-ahead from the remote tier: fetches what the cluster holds
+  // past the chain's local run, then hints those blocks for `owner` too,
+  // unless its hints were dropped meanwhile.
+  void PrefetchRemote(uint64_t owner, NamespaceId ns, std::span<const BlockKey> keys, TimeNs until);
   // Writes a block to the remote tier from a copy of its bytes (made now),
   // unless it is there already.
   void WriteRemote(EntryId id);
@@ -624,6 +636,9 @@ class CacheEngine {
   std::unordered_map<EntryId, HintState> hints_;
   std::set<std::pair<TimeNs, EntryId>> hint_expiry_;  // by HintState::until
   std::set<std::pair<TimeNs, EntryId>> hint_order_;   // by HintState::soonest
+  // Remote read-aheads under way per hinting owner; DropHints forgets the
+  // owner, so that what arrives later is not hinted for it.
+  std::unordered_map<uint64_t, uint32_t> remote_prefetches_;
   std::unordered_map<uint64_t, uint64_t> hinted_per_owner_;
   EngineStats stats_;  // counters; gauges are filled in by Stats()
 };

@@ -1,7 +1,7 @@
 // The CacheEngine's hints: workers naming the chains of requests they will
-// run soon, so that their blocks stay and those on the ssd come up to the
-// host before they are asked for. Split from cache_engine.cc by concern;
-// same class, same thread.
+// run soon, so that their blocks stay and those on the ssd (or only in the
+// remote tier) come up to the host before they are asked for. Split from cache_engine.cc by
+// concern; same class, same thread.
 #include <algorithm>
 #include <string>
 
@@ -14,6 +14,16 @@ using prefix_index::kNoEntry;
 
 Result<HintResult> CacheEngine::Hint(uint64_t owner, NamespaceId ns, std::span<const BlockKey> keys,
                                      TimeNs until) {
+  KVTIER_ASSIGN_OR_RETURN(HintResult out, HintLocal(owner, ns, keys, until));
+  // What only the remote tier holds, past the local run, comes up too.
+  if (remote_ != nullptr && out.protected_blocks < keys.size()) {
+    PrefetchRemote(owner, ns, keys, until);
+  }
+  return out;
+}
+
+Result<HintResult> CacheEngine::HintLocal(uint64_t owner, NamespaceId ns,
+                                          std::span<const BlockKey> keys, TimeNs until) {
   KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
   ExpireHints();
   // Only the leading present run can ever hit; keys never cached are
@@ -111,6 +121,7 @@ Result<size_t> CacheEngine::Unhint(uint64_t owner, NamespaceId ns, std::span<con
 }
 
 void CacheEngine::DropHints(uint64_t owner) {
+  remote_prefetches_.erase(owner);
   if (!hinted_per_owner_.contains(owner)) return;
   std::vector<EntryId> released;
   for (auto& [id, h] : hints_) {

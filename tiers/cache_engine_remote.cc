@@ -68,60 +68,84 @@ void CacheEngine::AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, T
   if (Status s = CheckNamespace(ns); !s.ok()) return done(s);
   if (Status s = CheckTarget(kind); !s.ok()) return done(s);
   if (const std::optional<size_t> from = RemoteStart(ns, keys)) {
-    FetchThenAcquire(ns, std::vector<BlockKey>(keys.begin(), keys.end()), *from, kind,
-                     std::move(done));
+    auto chain = std::make_shared<const std::vector<BlockKey>>(keys.begin(), keys.end());
+    auto callback = std::make_shared<std::function<void(Result<Lease>)>>(std::move(done));
+    FetchRemote(ns, chain, *from, [this, ns, chain, kind, callback](size_t) {
+      AcquireLocal(ns, *chain, kind, std::move(*callback));
+    });
     return;
   }
   AcquireLocal(ns, keys, kind, std::move(done));
 }
 
-void CacheEngine::FetchThenAcquire(NamespaceId ns, std::vector<BlockKey> keys, size_t from,
-                                   TierKind kind, std::function<void(Result<Lease>)> done) {
+void CacheEngine::PrefetchRemote(uint64_t owner, NamespaceId ns, std::span<const BlockKey> keys,
+                                 TimeNs until) {
+  const std::optional<size_t> from = RemoteStart(ns, keys);
+  if (!from) return;
+  auto chain = std::make_shared<const std::vector<BlockKey>>(keys.begin(), keys.end());
+  ++remote_prefetches_[owner];
+  FetchRemote(ns, chain, *from, [this, owner, ns, chain, from = *from, until](size_t read) {
+    auto it = remote_prefetches_.find(owner);
+    const bool owner_left = it == remote_prefetches_.end();
+    if (!owner_left && --it->second == 0) remote_prefetches_.erase(it);
+    stats_.prefetched_blocks += read;
+    for (size_t i = 0; i < read; ++i) {
+      const EntryId id = index_.Find(ns, (*chain)[from + i]);
+      if (id != kNoEntry) blocks_[id].prefetched = true;
+    }
+    // Hinted as the local run was; a bound reached meanwhile leaves them
+    // unprotected, as fresh blocks in the host.
+    if (read > 0 && !owner_left) {
+      HintLocal(owner, ns, std::span(*chain).subspan(from, read), until).status().IgnoreError();
+    }
+  });
+}
+
+void CacheEngine::FetchRemote(NamespaceId ns, Chain chain, size_t from,
+                              std::function<void(size_t)> then) {
   // First how many the cluster holds, so that no block here is evicted to
   // make room for one it does not.
-  auto chain = std::make_shared<std::vector<BlockKey>>(std::move(keys));
   auto found = std::make_shared<size_t>(0);
-  auto callback = std::make_shared<std::function<void(Result<Lease>)>>(std::move(done));
+  auto callback = std::make_shared<std::function<void(size_t)>>(std::move(then));
   const bool queued = SubmitRemote(
       [r = remote_.get(), id = remote_ns_[ns].id, chain, from, found] {
         *found = r->CountLeading(id, std::span(*chain).subspan(from));
         return Status::Ok();
       },
-      [this, ns, chain, from, found, kind, callback](const Status&) {
-        if (*found == 0) return AcquireLocal(ns, *chain, kind, std::move(*callback));
-        ReadRemote(ns, std::move(*chain), from, *found, kind, std::move(*callback));
+      [this, ns, chain, from, found, callback](const Status&) {
+        if (*found == 0) return (*callback)(0);
+        ReadRemote(ns, chain, from, *found, std::move(*callback));
       });
-  if (!queued) AcquireLocal(ns, *chain, kind, std::move(*callback));
+  if (!queued) (*callback)(0);
 }
 
-void CacheEngine::ReadRemote(NamespaceId ns, std::vector<BlockKey> keys, size_t from, size_t count,
-                             TierKind kind, std::function<void(Result<Lease>)> done) {
+void CacheEngine::ReadRemote(NamespaceId ns, Chain chain, size_t from, size_t count,
+                             std::function<void(size_t)> then) {
   // The blocks land in host slots reserved like a worker's write: invisible
   // until committed, the chain's cached part pinned meanwhile.
   std::optional<BlockKey> parent;
-  if (from > 0) parent = keys[from - 1];
+  if (from > 0) parent = (*chain)[from - 1];
   Result<Allocation> alloc =
-      Allocate(ns, parent, std::span(keys).subspan(from, count), TierKind::kHost);
+      Allocate(ns, parent, std::span(*chain).subspan(from, count), TierKind::kHost);
   size_t allocated = 0;
   while (alloc && allocated < alloc->size() && alloc->state(allocated) == WriteState::kAllocated) {
     ++allocated;
   }
   if (!alloc || allocated == 0) {
     if (alloc) alloc->Abort();
-    return AcquireLocal(ns, keys, kind, std::move(done));
+    return then(0);
   }
-  auto chain = std::make_shared<std::vector<BlockKey>>(std::move(keys));
   auto outs = std::make_shared<std::vector<std::span<std::byte>>>();
   for (size_t i = 0; i < allocated; ++i) outs->push_back(alloc->Bytes(i));
   auto pending = std::make_shared<Allocation>(std::move(*alloc));
   auto read = std::make_shared<size_t>(0);
-  auto callback = std::make_shared<std::function<void(Result<Lease>)>>(std::move(done));
+  auto callback = std::make_shared<std::function<void(size_t)>>(std::move(then));
   const bool queued = SubmitRemote(
       [r = remote_.get(), rns = remote_ns_[ns], chain, from, allocated, outs, read] {
         *read = r->ReadLeading(rns, std::span(*chain).subspan(from, allocated), *outs);
         return Status::Ok();
       },
-      [this, ns, chain, kind, pending, read, callback](const Status&) {
+      [this, ns, pending, read, callback](const Status&) {
         // Keep what was read and verified; the rest of the slots go back.
         AllocationRecord& rec = allocations_.at(pending->id());
         for (size_t i = rec.pending.size(); i-- > *read;) {
@@ -142,11 +166,11 @@ void CacheEngine::ReadRemote(NamespaceId ns, std::vector<BlockKey> keys, size_t 
         } else {
           pending->Commit().IgnoreError();  // an open allocation commits
         }
-        AcquireLocal(ns, *chain, kind, std::move(*callback));
+        (*callback)(*read);
       });
   if (!queued) {
     pending->Abort();
-    AcquireLocal(ns, *chain, kind, std::move(*callback));
+    (*callback)(0);
   }
 }
 

@@ -234,7 +234,7 @@ void PrintTotals(const Figures& f) {
              " hinted: " + Int(f.Num("hints_used")) + " used, " + Int(f.Num("hints_expired")) +
              " expired, " + Int(f.Num("hints_yielded")) + " yielded, " +
              Int(f.Num("hints_withdrawn")) + " withdrawn; " + Int(f.Num("prefetched_blocks")) +
-             " read ahead from the SSD, " + Int(f.Num("prefetched_used")) + " of them used"});
+             " read ahead (SSD, remote), " + Int(f.Num("prefetched_used")) + " of them used"});
   t.Row({"dropped", Int(f.Num("dropped_blocks")) + " left the last tier (" +
                         Int(f.Num("orphan_drops")) + " orphans), " +
                         Int(f.Num("demotions_dropped")) + " dropped instead of demoted"});

@@ -3,6 +3,8 @@
 // that reach the cluster, values gone wrong, and the block events.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "engine_test_util.h"
 #include "redis_harness.h"
 #include "tiers/cache_engine.h"
@@ -126,6 +128,47 @@ TEST_F(RemoteEngineTest, WriteBackPublishesWhatLeavesTheHostAndAnotherNodeReadsI
   const LookupResult local = LookUp(*c, keys);
   EXPECT_EQ(local.tiers, std::vector<TierKind>(4, TierKind::kHost));
   EXPECT_EQ(c->engine->Stats().remote_fetched_blocks, 4u);
+  EXPECT_TRUE(c->engine->CheckInvariants().ok());
+}
+
+TEST_F(RemoteEngineTest, AHintReadsAheadWhatOnlyTheClusterHoldsAndProtectsIt) {
+  auto a = MakeNode(16, /*write_through=*/true);
+  auto b = MakeNode(8);
+  const std::vector<BlockKey> keys = Chain(8, 6);
+  ASSERT_EQ(Write(*a, keys), 6u);
+  // B holds the first two blocks itself; the hint protects them and reads
+  // the other four up from the cluster.
+  ASSERT_EQ(Write(*b, std::span(keys).first(2)), 2u);
+  constexpr uint64_t kOwner = 7;
+  // The engine's clock is the real one: a protection that never runs out.
+  const TimeNs until = std::numeric_limits<TimeNs>::max() / 2;
+  auto hinted = b->engine->Hint(kOwner, b->ns, keys, until);
+  ASSERT_TRUE(hinted.ok()) << hinted.status().ToString();
+  EXPECT_EQ(hinted->protected_blocks, 2u);
+  b->Settle();
+  EngineStats st = b->engine->Stats();
+  EXPECT_EQ(st.remote_fetched_blocks, 4u);
+  EXPECT_EQ(st.prefetched_blocks, 4u);
+  EXPECT_EQ(b->engine->hinted_by(kOwner), 6u);  // the fetched four protected as they arrived
+  // The hinted blocks stay while other writes fill B's host (8 blocks).
+  ASSERT_EQ(Write(*b, Chain(9, 2)), 2u);
+  EXPECT_EQ(LookUp(*b, keys).tiers, std::vector<TierKind>(6, TierKind::kHost));
+  // The request comes: every block from the host, byte-exact, hints used.
+  EXPECT_EQ(AcquireChecked(*b, keys), 6u);
+  st = b->engine->Stats();
+  EXPECT_EQ(st.remote_fetched_blocks, 4u);  // nothing read twice
+  EXPECT_EQ(st.prefetched_used, 4u);
+  EXPECT_EQ(st.hints_used, 6u);
+  EXPECT_EQ(b->engine->hinted_by(kOwner), 0u);
+  EXPECT_TRUE(b->engine->CheckInvariants().ok());
+
+  // An owner gone before the blocks arrive: they come up, unhinted.
+  auto c = MakeNode(8);
+  ASSERT_TRUE(c->engine->Hint(kOwner, c->ns, keys, until).ok());
+  c->engine->DropHints(kOwner);
+  c->Settle();
+  EXPECT_EQ(c->engine->Stats().remote_fetched_blocks, 6u);
+  EXPECT_EQ(c->engine->hinted_by(kOwner), 0u);
   EXPECT_TRUE(c->engine->CheckInvariants().ok());
 }
 
