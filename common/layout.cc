@@ -57,6 +57,9 @@ Status Layout::Validate() const {
     }
     bytes *= factor;
   }
+  if (bytes + ScaleBytes() > kMaxBlockBytes) {
+    return InvalidArgumentError("block of " + ToString() + " exceeds the 1 GiB block limit");
+  }
   return Status::Ok();
 }
 

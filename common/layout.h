@@ -5,7 +5,9 @@
 //   offset(layer, kv, token, head, dim) =
 //     ((((layer * 2 + kv) * block_tokens + token) * kv_heads + head) * head_dim + dim)
 //     * dtype_bytes
-// The kernels and the copy helpers read exactly this.
+// The kernels and the copy helpers read exactly this. An fp8 block
+// (e4m3, e5m2) has these values, one byte each, then its scales: one fp32
+// per (layer, k|v, kv_head), [layer][k|v][kv_head] (common/fp8.h).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +26,9 @@ enum class DType : uint8_t {
   kFp8E5M2 = 4
 };
 
+// Bytes of one value (an fp8 block's scales are extra: Layout::ScaleBytes).
 uint32_t DTypeBytes(DType dtype);
+inline bool IsFp8(DType dtype) { return dtype == DType::kFp8E4M3 || dtype == DType::kFp8E5M2; }
 std::string_view DTypeName(DType dtype);  // "fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2"
 // Parses DTypeName()'s names; false if unknown.
 bool ParseDType(std::string_view name, DType* out);
@@ -36,9 +40,14 @@ struct Layout {
   DType dtype = DType::kFloat16;
   uint32_t block_tokens = 0;
 
-  // 2 x layers x kv_heads x head_dim x dtype bytes.
+  // 2 x layers x kv_heads x head_dim x dtype bytes: the values of a token.
   uint64_t BytesPerToken() const { return 2ULL * layers * kv_heads * head_dim * DTypeBytes(dtype); }
-  uint64_t BlockBytes() const { return BytesPerToken() * block_tokens; }
+  // The values of a block.
+  uint64_t ValueBytes() const { return BytesPerToken() * block_tokens; }
+  // An fp8 block's scales (2 x layers x kv_heads fp32); 0 for other dtypes.
+  uint64_t ScaleBytes() const { return IsFp8(dtype) ? 2ULL * layers * kv_heads * 4 : 0; }
+  // A whole block: its values, then its scales.
+  uint64_t BlockBytes() const { return ValueBytes() + ScaleBytes(); }
 
   // Every field positive, and a block no larger than kMaxBlockBytes.
   Status Validate() const;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/half.h"
+
 namespace kvtier::kernels {
 
 // A cudaStream_t, passed opaquely so that callers need no CUDA header.
@@ -39,12 +41,11 @@ std::string GpuDescription();
 // listed runs the kernels only through the driver's JIT from PTX, if at all.
 std::vector<int> CompiledCudaArchitectures();
 
-// IEEE binary16 and bfloat16 <-> binary32, bit-exact on the host.
-// Narrowing rounds to nearest, ties to even; overflow gives infinity; NaN
-// stays NaN (made quiet, sign and top payload bits kept). Widening is exact.
-float HalfToFloat(uint16_t bits);
-uint16_t FloatToHalf(float value);
-float BFloat16ToFloat(uint16_t bits);
-uint16_t FloatToBFloat16(float value);
+// IEEE binary16 and bfloat16 <-> binary32, bit-exact on the host
+// (common/half.h), here too for the kernels' callers.
+using kvtier::BFloat16ToFloat;
+using kvtier::FloatToBFloat16;
+using kvtier::FloatToHalf;
+using kvtier::HalfToFloat;
 
 }  // namespace kvtier::kernels
