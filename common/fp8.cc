@@ -12,6 +12,7 @@
 #include "common/half.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define KVTIER_FP8_AVX2 1
 #else
@@ -94,16 +95,25 @@ void Narrow(float v, bool bf16, std::byte* p) {
   std::memcpy(p, &bits, 2);
 }
 
-// ---- the row operations: one (layer, kv, token, head) row of head_dim ----
+// ---- the slice operations ----
+// A slice is one (layer, K or V) of a block: [token][kv_head][head_dim]
+// values, its rows (token, head) of head_dim each; a head's scale covers
+// its rows of every token.
 
-struct RowOps {
-  // The largest |value| of the row; *bad set when one is NaN or infinite.
-  float (*amax)(const std::byte* in, size_t n, bool bf16, bool* bad);
-  void (*quantize)(const std::byte* in, size_t n, bool bf16, float inv_scale, const Format& f,
-                   uint8_t* out);
-  // False when a code is NaN (or infinity).
-  bool (*dequantize)(const uint8_t* in, size_t n, const Format& f, float scale, bool bf16,
-                     std::byte* out);
+struct Shape {
+  size_t tokens, heads, d;
+};
+
+struct SliceOps {
+  // amax[h] = the largest |value| of head h's rows. Returns the first head
+  // holding NaN or infinity, or -1. `lanes`: scratch of 8 * heads floats.
+  int (*amax)(const std::byte* in, Shape s, bool bf16, float* amax, float* lanes);
+  // `next`: the slice that follows (to prefetch), or null.
+  void (*quantize)(const std::byte* in, Shape s, bool bf16, const float* inv_scale, const Format& f,
+                   uint8_t* out, const std::byte* next);
+  // Returns the first head holding a NaN (or infinity) code, or -1.
+  int (*dequantize)(const uint8_t* in, Shape s, const Format& f, const float* scale, bool bf16,
+                    std::byte* out);
   const char* name;
 };
 
@@ -134,7 +144,41 @@ bool ScalarDequantize(const uint8_t* in, size_t n, const Format& f, float scale,
   return ok;
 }
 
-constexpr RowOps kScalarOps{ScalarAmax, ScalarQuantize, ScalarDequantize, "scalar"};
+int ScalarSliceAmax(const std::byte* in, Shape s, bool bf16, float* amax, float*) {
+  int bad_head = -1;
+  for (size_t h = 0; h < s.heads; ++h) amax[h] = 0;
+  for (size_t t = 0; t < s.tokens; ++t) {
+    for (size_t h = 0; h < s.heads; ++h) {
+      bool bad = false;
+      amax[h] = std::max(amax[h], ScalarAmax(in + 2 * (t * s.heads + h) * s.d, s.d, bf16, &bad));
+      if (bad && bad_head < 0) bad_head = static_cast<int>(h);
+    }
+  }
+  return bad_head;
+}
+
+void ScalarSliceQuantize(const std::byte* in, Shape s, bool bf16, const float* inv_scale,
+                         const Format& f, uint8_t* out, const std::byte*) {
+  for (size_t row = 0; row < s.tokens * s.heads; ++row) {
+    ScalarQuantize(in + 2 * row * s.d, s.d, bf16, inv_scale[row % s.heads], f, out + row * s.d);
+  }
+}
+
+int ScalarSliceDequantize(const uint8_t* in, Shape s, const Format& f, const float* scale,
+                          bool bf16, std::byte* out) {
+  int bad_head = -1;
+  for (size_t row = 0; row < s.tokens * s.heads; ++row) {
+    const size_t h = row % s.heads;
+    if (!ScalarDequantize(in + row * s.d, s.d, f, scale[h], bf16, out + 2 * row * s.d) &&
+        bad_head < 0) {
+      bad_head = static_cast<int>(h);
+    }
+  }
+  return bad_head;
+}
+
+constexpr SliceOps kScalarOps{ScalarSliceAmax, ScalarSliceQuantize, ScalarSliceDequantize,
+                              "scalar"};
 
 #if KVTIER_FP8_AVX2
 // Eight values at a time with AVX2 and F16C; the tail of a row (head_dim
@@ -148,22 +192,41 @@ KVTIER_AVX2 inline __m256 Load8(const std::byte* p, bool bf16) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-KVTIER_AVX2 float Avx2Amax(const std::byte* in, size_t n, bool bf16, bool* bad) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256i max_finite = _mm256_set1_epi32(0x7f7fffff);
-  __m256 m = _mm256_setzero_ps();
-  __m256i nonfinite = _mm256_setzero_si256();
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 a = _mm256_and_ps(Load8(in + 2 * i, bf16), abs_mask);
-    nonfinite = _mm256_or_si256(nonfinite, _mm256_cmpgt_epi32(_mm256_castps_si256(a), max_finite));
-    m = _mm256_max_ps(m, a);
+// The largest magnitude without widening: for fp16 and bf16 alike, |x|'s
+// bits (sign cleared) order as unsigned integers do, and NaN and infinity
+// are the magnitudes from the all-ones exponent up. Sixteen values a step.
+KVTIER_AVX2 int Avx2SliceAmax(const std::byte* in, Shape s, bool bf16, float* amax, float* lanes) {
+  const __m256i abs_mask = _mm256_set1_epi16(0x7fff);
+  const __m256i below_inf = _mm256_set1_epi16(static_cast<int16_t>(bf16 ? 0x7f7f : 0x7bff));
+  const size_t vec = s.d / 16 * 16;
+  auto* acc = reinterpret_cast<uint16_t*>(lanes);  // 16 per head: 8 floats' room
+  int bad_head = -1;
+  for (size_t h = 0; h < s.heads; ++h) amax[h] = 0;
+  std::fill(acc, acc + 16 * s.heads, uint16_t{0});
+  for (size_t t = 0; t < s.tokens; ++t) {
+    for (size_t h = 0; h < s.heads; ++h) {
+      const std::byte* row = in + 2 * (t * s.heads + h) * s.d;
+      __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + 16 * h));
+      __m256i nonfinite = _mm256_setzero_si256();
+      for (size_t i = 0; i < vec; i += 16) {
+        const __m256i a = _mm256_and_si256(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)), abs_mask);
+        nonfinite = _mm256_or_si256(nonfinite, _mm256_cmpgt_epi16(a, below_inf));
+        m = _mm256_max_epu16(m, a);
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + 16 * h), m);
+      bool bad = !_mm256_testz_si256(nonfinite, nonfinite);
+      if (vec < s.d) amax[h] = std::max(amax[h], ScalarAmax(row + 2 * vec, s.d - vec, bf16, &bad));
+      if (bad && bad_head < 0) bad_head = static_cast<int>(h);
+    }
   }
-  if (!_mm256_testz_si256(nonfinite, nonfinite)) *bad = true;
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, m);
-  float out = *std::max_element(lanes, lanes + 8);
-  return std::max(out, ScalarAmax(in + 2 * i, n - i, bf16, bad));
+  for (size_t h = 0; h < s.heads; ++h) {
+    const uint16_t top = *std::max_element(acc + 16 * h, acc + 16 * h + 16);
+    std::byte bits[2];
+    std::memcpy(bits, &top, 2);
+    amax[h] = std::max(amax[h], Widen(bits, bf16));
+  }
+  return bad_head;
 }
 
 // Eight int32 lanes' low bytes, in order, to `out`.
@@ -177,89 +240,149 @@ KVTIER_AVX2 inline void StoreLowBytes(__m256i codes, uint8_t* out) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(joined));
 }
 
-KVTIER_AVX2 void Avx2Quantize(const std::byte* in, size_t n, bool bf16, float inv_scale,
-                              const Format& f, uint8_t* out) {
-  const __m256 inv = _mm256_set1_ps(inv_scale);
+// One rounding for normals and subnormals alike: with E the exponent of a
+// (at least the format's smallest normal one) and M = 2^(E + 23 - man_bits),
+// whose fp32 ulp is the format's step at E, the fp32 addition a + M rounds
+// a to that step, to nearest even; bits(a + M) - bits(M) is then a / step,
+// and the code is that plus (E + bias - 1) << man_bits (0 for subnormals).
+// No clamp: x / scale is at most the largest finite times (1 + 3 ulps), which
+// rounds to the largest finite (QuantizeBlock's scale is amax / largest
+// finite, or 2^-126 for slices so small that x / scale is smaller still).
+KVTIER_AVX2 void Avx2SliceQuantize(const std::byte* in, Shape s, bool bf16, const float* inv_scale,
+                                   const Format& f, uint8_t* out, const std::byte* next) {
   const __m256i sign_mask = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  const __m256 max_finite = _mm256_set1_ps(f.max_finite);
-  const __m256 min_normal = _mm256_set1_ps(std::ldexp(1.0f, f.min_exponent()));
-  // Subnormals: adding 2^(min_exponent - man_bits + 23), whose ulp is the
-  // format's smallest step, rounds to the code (nearest even) in the low bits.
-  const __m256 magic = _mm256_set1_ps(std::ldexp(1.0f, f.min_exponent() - f.man_bits + 23));
+  const __m256i exponent_mask = _mm256_set1_epi32(0x7f800000);
+  const __m256i min_exponent = _mm256_set1_epi32((f.min_exponent() + 127) << 23);
   const int shift = 23 - f.man_bits;
-  const __m256i round_bias = _mm256_set1_epi32((1 << (shift - 1)) - 1);
-  const __m256i one = _mm256_set1_epi32(1);
-  const __m256i rebias = _mm256_set1_epi32((127 - f.bias) << f.man_bits);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i y = _mm256_castps_si256(_mm256_mul_ps(Load8(in + 2 * i, bf16), inv));
-    const __m256i sign = _mm256_srli_epi32(_mm256_and_si256(y, sign_mask), 24);
-    const __m256 a =
-        _mm256_min_ps(_mm256_castsi256_ps(_mm256_andnot_si256(sign_mask, y)), max_finite);
-    const __m256i bits = _mm256_castps_si256(a);
-    // Normal: round the mantissa to man_bits (a carry moves the exponent).
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, shift), one);
-    const __m256i normal = _mm256_sub_epi32(
-        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, round_bias), odd), shift),
-        rebias);
-    const __m256i subnormal =
-        _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(a, magic)), _mm256_castps_si256(magic));
-    const __m256 is_sub = _mm256_cmp_ps(a, min_normal, _CMP_LT_OQ);
-    const __m256i code = _mm256_castps_si256(
-        _mm256_blendv_ps(_mm256_castsi256_ps(normal), _mm256_castsi256_ps(subnormal), is_sub));
-    StoreLowBytes(_mm256_or_si256(code, sign), out + i);
+  const __m256i to_m = _mm256_set1_epi32(shift << 23);
+  const __m256i rebias = _mm256_set1_epi32((128 - f.bias) << f.man_bits);
+  const __m128i count = _mm_cvtsi32_si128(shift);
+  const __m256i pack_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i bf16_order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+  const size_t vec = s.d / 8 * 8;
+  const size_t rows = s.tokens * s.heads;
+  const size_t slice_bytes = 2 * rows * s.d;
+  for (size_t row = 0; row < rows; ++row) {
+    // The next slice's bytes on their way into the cache while this one is
+    // encoded: its amax pass then reads them from there, not from memory.
+    if (next != nullptr) {
+      for (size_t at = row * slice_bytes / rows; at < (row + 1) * slice_bytes / rows; at += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + at), _MM_HINT_T0);
+      }
+    }
+    const float inv_h = inv_scale[row % s.heads];
+    const __m256 inv = _mm256_set1_ps(inv_h);
+    const std::byte* src = in + 2 * row * s.d;
+    uint8_t* dst = out + row * s.d;
+    const auto encode = [&](__m256 x) KVTIER_AVX2 {
+      const __m256i y = _mm256_castps_si256(_mm256_mul_ps(x, inv));
+      const __m256i sign = _mm256_srli_epi32(_mm256_and_si256(y, sign_mask), 24);
+      const __m256i a = _mm256_andnot_si256(sign_mask, y);
+      const __m256i e = _mm256_max_epi32(_mm256_and_si256(a, exponent_mask), min_exponent);
+      const __m256i m = _mm256_add_epi32(e, to_m);
+      const __m256i rounded =
+          _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(m)));
+      const __m256i steps = _mm256_sub_epi32(rounded, m);
+      const __m256i base = _mm256_sub_epi32(_mm256_srl_epi32(e, count), rebias);
+      return _mm256_or_si256(_mm256_add_epi32(steps, base), sign);
+    };
+    size_t i = 0;
+    // 32 values a step: four vectors of codes packed to bytes together.
+    for (; i + 32 <= vec; i += 32) {
+      __m256i bytes;
+      if (bf16) {
+        // bf16 widens by moving each value into the high half of a 32-bit
+        // lane: unpack with zeros, 16 values a load. The unpacks take lanes
+        // 0-3 and 8-11, then 4-7 and 12-15; packing puts them back in order.
+        const __m256i zero = _mm256_setzero_si256();
+        const auto* p = reinterpret_cast<const __m256i*>(src + 2 * i);
+        const __m256i a = _mm256_loadu_si256(p), b = _mm256_loadu_si256(p + 1);
+        const __m256i lo =
+            _mm256_packus_epi32(encode(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, a))),
+                                encode(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, a))));
+        const __m256i hi =
+            _mm256_packus_epi32(encode(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, b))),
+                                encode(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, b))));
+        bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(lo, hi), bf16_order);
+      } else {
+        const __m256i lo = _mm256_packus_epi32(encode(Load8(src + 2 * i, false)),
+                                               encode(Load8(src + 2 * i + 16, false)));
+        const __m256i hi = _mm256_packus_epi32(encode(Load8(src + 2 * i + 32, false)),
+                                               encode(Load8(src + 2 * i + 48, false)));
+        bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(lo, hi), pack_order);
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bytes);
+    }
+    for (; i < vec; i += 8) StoreLowBytes(encode(Load8(src + 2 * i, bf16)), dst + i);
+    if (vec < s.d) ScalarQuantize(src + 2 * vec, s.d - vec, bf16, inv_h, f, dst + vec);
   }
-  ScalarQuantize(in + 2 * i, n - i, bf16, inv_scale, f, out + i);
 }
 
-KVTIER_AVX2 bool Avx2Dequantize(const uint8_t* in, size_t n, const Format& f, float scale,
-                                bool bf16, std::byte* out) {
-  const __m256 s = _mm256_set1_ps(scale);
+KVTIER_AVX2 int Avx2SliceDequantize(const uint8_t* in, Shape s, const Format& f, const float* scale,
+                                    bool bf16, std::byte* out) {
   const __m256i magnitude_mask = _mm256_set1_epi32(0x7f);
   const __m256i nan_below = _mm256_set1_epi32(f.first_nan - 1);
   const __m256i normal_below = _mm256_set1_epi32((1 << f.man_bits) - 1);
   const __m256i rebias = _mm256_set1_epi32((127 - f.bias) << 23);
   const __m256 sub_step = _mm256_set1_ps(std::ldexp(1.0f, f.min_exponent() - f.man_bits));
-  const int shift = 23 - f.man_bits;
-  __m256i bad = _mm256_setzero_si256();
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i c =
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + i)));
-    const __m256i m = _mm256_and_si256(c, magnitude_mask);
-    bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(m, nan_below));
-    const __m256 normal =
-        _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(m, shift), rebias));
-    const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(m), sub_step);
-    const __m256 is_normal = _mm256_castsi256_ps(_mm256_cmpgt_epi32(m, normal_below));
-    const __m256 v = _mm256_blendv_ps(subnormal, normal, is_normal);
-    const __m256i sign = _mm256_slli_epi32(_mm256_andnot_si256(magnitude_mask, c), 24);
-    const __m256 y =
-        _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign)), s);
-    __m128i h;
-    if (!bf16) {
-      h = _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    } else {
-      const __m256i b = _mm256_castps_si256(y);
-      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-      const __m256i r = _mm256_srli_epi32(
-          _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb), 16);
-      h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  const __m128i count = _mm_cvtsi32_si128(23 - f.man_bits);
+  const __m256i bf16_round = _mm256_set1_epi32(0x7fff);
+  const __m256i one = _mm256_set1_epi32(1);
+  const size_t vec = s.d / 8 * 8;
+  int bad_head = -1;
+  for (size_t row = 0; row < s.tokens * s.heads; ++row) {
+    const size_t h = row % s.heads;
+    const __m256 sc = _mm256_set1_ps(scale[h]);
+    const uint8_t* src = in + row * s.d;
+    std::byte* dst = out + 2 * row * s.d;
+    __m256i bad = _mm256_setzero_si256();
+    for (size_t i = 0; i < vec; i += 8) {
+      const __m256i c =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i)));
+      const __m256i m = _mm256_and_si256(c, magnitude_mask);
+      bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(m, nan_below));
+      const __m256 normal =
+          _mm256_castsi256_ps(_mm256_add_epi32(_mm256_sll_epi32(m, count), rebias));
+      const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(m), sub_step);
+      const __m256 is_normal = _mm256_castsi256_ps(_mm256_cmpgt_epi32(m, normal_below));
+      const __m256 v = _mm256_blendv_ps(subnormal, normal, is_normal);
+      const __m256i sign = _mm256_slli_epi32(_mm256_andnot_si256(magnitude_mask, c), 24);
+      const __m256 y =
+          _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign)), sc);
+      __m128i narrowed;
+      if (!bf16) {
+        narrowed = _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      } else {
+        const __m256i b = _mm256_castps_si256(y);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), one);
+        const __m256i r =
+            _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(b, bf16_round), lsb), 16);
+        narrowed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+      }
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), narrowed);
     }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), h);
+    bool ok = _mm256_testz_si256(bad, bad);
+    if (vec < s.d) {
+      ok = ScalarDequantize(src + vec, s.d - vec, f, scale[h], bf16, dst + 2 * vec) && ok;
+    }
+    if (!ok && bad_head < 0) bad_head = static_cast<int>(h);
   }
-  const bool tail_ok = ScalarDequantize(in + i, n - i, f, scale, bf16, out + 2 * i);
-  return tail_ok && _mm256_testz_si256(bad, bad);
+  return bad_head;
 }
 
-constexpr RowOps kAvx2Ops{Avx2Amax, Avx2Quantize, Avx2Dequantize, "avx2"};
+constexpr SliceOps kAvx2Ops{Avx2SliceAmax, Avx2SliceQuantize, Avx2SliceDequantize, "avx2"};
 #endif
 
 bool force_scalar = false;
 
-const RowOps& Ops() {
+const SliceOps& Ops() {
 #if KVTIER_FP8_AVX2
-  static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // clang 14 knows no "f16c" for __builtin_cpu_supports: its cpuid bit.
+  static const bool has_avx2 = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) != 0 &&
+           (c & bit_F16C) != 0;
+  }();
   if (has_avx2 && !force_scalar) return kAvx2Ops;
 #endif
   return kScalarOps;
@@ -299,38 +422,27 @@ Status QuantizeBlock(const Layout& from, DType fp8, std::span<const std::byte> i
         std::to_string(from.BlockBytes()) + " and " + std::to_string(to.BlockBytes()));
   }
   const Format& f = FormatOf(fp8);
-  const RowOps& ops = Ops();
+  const SliceOps& ops = Ops();
   const bool bf16 = from.dtype == DType::kBFloat16;
-  const size_t d = from.head_dim, heads = from.kv_heads, tokens = from.block_tokens;
-  std::vector<float> amax(heads), inv(heads);
+  const Shape shape{from.block_tokens, from.kv_heads, from.head_dim};
+  const size_t slice_values = shape.tokens * shape.heads * shape.d;
+  std::vector<float> amax(shape.heads), inv(shape.heads), lanes(8 * shape.heads);
   auto* codes = reinterpret_cast<uint8_t*>(out.data());
   std::byte* scales = out.data() + to.ValueBytes();
   for (uint64_t slice = 0; slice < 2ULL * from.layers; ++slice) {
-    const size_t first_row = slice * tokens * heads;
-    std::fill(amax.begin(), amax.end(), 0.0f);
-    for (size_t t = 0; t < tokens; ++t) {
-      for (size_t h = 0; h < heads; ++h) {
-        bool bad = false;
-        const size_t row = first_row + t * heads + h;
-        amax[h] = std::max(amax[h], ops.amax(in.data() + 2 * row * d, d, bf16, &bad));
-        if (bad) {
-          return InvalidArgumentError(
-              "fp8 quantization: " + SliceName(from, slice, static_cast<uint32_t>(h)) +
-              " holds NaN or infinity; the block is refused");
-        }
-      }
+    const std::byte* src = in.data() + 2 * slice * slice_values;
+    if (const int bad = ops.amax(src, shape, bf16, amax.data(), lanes.data()); bad >= 0) {
+      return InvalidArgumentError(
+          "fp8 quantization: " + SliceName(from, slice, static_cast<uint32_t>(bad)) +
+          " holds NaN or infinity; the block is refused");
     }
-    for (size_t h = 0; h < heads; ++h) {
+    for (size_t h = 0; h < shape.heads; ++h) {
       const float scale = amax[h] > 0 ? std::max(amax[h] / f.max_finite, kMinScale) : 1.0f;
       inv[h] = 1.0f / scale;
-      std::memcpy(scales + 4 * (slice * heads + h), &scale, 4);
+      std::memcpy(scales + 4 * (slice * shape.heads + h), &scale, 4);
     }
-    for (size_t t = 0; t < tokens; ++t) {
-      for (size_t h = 0; h < heads; ++h) {
-        const size_t row = first_row + t * heads + h;
-        ops.quantize(in.data() + 2 * row * d, d, bf16, inv[h], f, codes + row * d);
-      }
-    }
+    const std::byte* next = slice + 1 < 2ULL * from.layers ? src + 2 * slice_values : nullptr;
+    ops.quantize(src, shape, bf16, inv.data(), f, codes + slice * slice_values, next);
   }
   return Status::Ok();
 }
@@ -349,29 +461,28 @@ Status DequantizeBlock(const Layout& fp8_layout, DType to, std::span<const std::
         std::to_string(fp8_layout.BlockBytes()) + " and " + std::to_string(wide.BlockBytes()));
   }
   const Format& f = FormatOf(fp8_layout.dtype);
-  const RowOps& ops = Ops();
+  const SliceOps& ops = Ops();
   const bool bf16 = to == DType::kBFloat16;
-  const size_t d = fp8_layout.head_dim, heads = fp8_layout.kv_heads,
-               tokens = fp8_layout.block_tokens;
+  const Shape shape{fp8_layout.block_tokens, fp8_layout.kv_heads, fp8_layout.head_dim};
+  const size_t slice_values = shape.tokens * shape.heads * shape.d;
   const auto* codes = reinterpret_cast<const uint8_t*>(in.data());
-  const std::byte* scales = in.data() + fp8_layout.ValueBytes();
+  std::vector<float> scale(shape.heads);
   for (uint64_t slice = 0; slice < 2ULL * fp8_layout.layers; ++slice) {
-    for (size_t h = 0; h < heads; ++h) {
-      float scale;
-      std::memcpy(&scale, scales + 4 * (slice * heads + h), 4);
-      if (!(scale > 0) || !std::isfinite(scale)) {
-        return InvalidArgumentError("fp8 block: the scale of " +
-                                    SliceName(fp8_layout, slice, static_cast<uint32_t>(h)) +
-                                    " is " + std::to_string(scale) + ", not positive and finite");
+    std::memcpy(scale.data(), in.data() + fp8_layout.ValueBytes() + 4 * slice * shape.heads,
+                4 * shape.heads);
+    for (size_t h = 0; h < shape.heads; ++h) {
+      if (!(scale[h] > 0) || !std::isfinite(scale[h])) {
+        return InvalidArgumentError(
+            "fp8 block: the scale of " + SliceName(fp8_layout, slice, static_cast<uint32_t>(h)) +
+            " is " + std::to_string(scale[h]) + ", not positive and finite");
       }
-      for (size_t t = 0; t < tokens; ++t) {
-        const size_t row = (slice * tokens + t) * heads + h;
-        if (!ops.dequantize(codes + row * d, d, f, scale, bf16, out.data() + 2 * row * d)) {
-          return InvalidArgumentError(
-              "fp8 block: " + SliceName(fp8_layout, slice, static_cast<uint32_t>(h)) +
-              " holds a NaN or infinity code");
-        }
-      }
+    }
+    const int bad = ops.dequantize(codes + slice * slice_values, shape, f, scale.data(), bf16,
+                                   out.data() + 2 * slice * slice_values);
+    if (bad >= 0) {
+      return InvalidArgumentError(
+          "fp8 block: " + SliceName(fp8_layout, slice, static_cast<uint32_t>(bad)) +
+          " holds a NaN or infinity code");
     }
   }
   return Status::Ok();
