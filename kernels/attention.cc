@@ -53,9 +53,15 @@ Status CheckPointer(const void* p, uintptr_t alignment, const char* name) {
 Result<DecodeAttentionPlan> PlanDecodeAttention(const DecodeAttentionParams& p) {
   const Layout& l = p.layout;
   if (Status s = l.Validate(); !s.ok()) return s.WithContext("decode attention layout");
-  if (l.dtype != DType::kFloat16 && l.dtype != DType::kBFloat16) {
-    return InvalidArgumentError("decode attention supports fp16 and bf16, not " +
+  if (l.dtype != DType::kFloat16 && l.dtype != DType::kBFloat16 && !IsFp8(l.dtype)) {
+    return InvalidArgumentError("decode attention supports fp16, bf16 and fp8 blocks, not " +
                                 std::string(DTypeName(l.dtype)));
+  }
+  if (IsFp8(l.dtype) && p.io_dtype != DType::kFloat16 && p.io_dtype != DType::kBFloat16) {
+    return InvalidArgumentError(
+        "decode attention over fp8 blocks takes q and o in fp16 or bf16, "
+        "not " +
+        std::string(DTypeName(p.io_dtype)));
   }
   if (l.head_dim != 64 && l.head_dim != 128 && l.head_dim != 256) {
     return InvalidArgumentError("decode attention supports head_dim 64, 128, 256, not " +
@@ -133,6 +139,10 @@ Result<DecodeAttentionPlan> CheckDecodeAttention(const DecodeAttentionParams& p,
     }
   }
   return plan;
+}
+
+DType IoDType(const DecodeAttentionParams& p) {
+  return IsFp8(p.layout.dtype) ? p.io_dtype : p.layout.dtype;
 }
 
 float EffectiveScale(const DecodeAttentionParams& p) {

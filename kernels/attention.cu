@@ -50,6 +50,11 @@ Status DecodeAttention(const DecodeAttentionParams& p, void* workspace, uint64_t
   auto plan = internal::CheckDecodeAttention(p, workspace, workspace_bytes);
   if (!plan.ok()) return plan.status();
   if (!GpuAvailable()) return UnavailableError("no GPU: " + GpuDescription());
+  if (IsFp8(p.layout.dtype)) {
+    return InvalidArgumentError(
+        "decode attention over fp8 blocks runs in DecodeAttentionReference only: its CUDA "
+        "kernel is not built yet");
+  }
 
   const DecodeArgs args = internal::MakeDecodeArgs(p, *plan, workspace);
   const uint32_t group = p.num_q_heads / p.layout.kv_heads;

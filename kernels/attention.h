@@ -23,6 +23,10 @@
 //
 // Precision: q, K, V and o share the blocks' dtype (fp16 or bf16). Products,
 // sums, max and exponentials are fp32; o is rounded once, to nearest even.
+// fp8 blocks (e4m3, e5m2; common/fp8.h): each K and V value is dequantized
+// as it is read, times its block's scale for (layer, K or V, KV head) from
+// the block's scale table, then the same fp32 arithmetic; q and o are then
+// of io_dtype (fp16 or bf16). docs/fp8.md has the accuracy against fp16.
 //
 // Thread-safety: the functions are stateless; concurrent calls on distinct
 // outputs and workspaces are fine.
@@ -47,9 +51,13 @@ struct DecodeAttentionParams {
   // ---- Shape. PlanDecodeAttention validates these. ----
 
   // The blocks' layout (common/layout.h). dtype: kFloat16 or kBFloat16, also
-  // the dtype of q and o. head_dim: 64, 128 or 256. layers, kv_heads and
-  // block_tokens: any positive value.
+  // the dtype of q and o; or kFp8E4M3 / kFp8E5M2 (blocks with scale tables),
+  // q and o then of io_dtype. head_dim: 64, 128 or 256. layers, kv_heads
+  // and block_tokens: any positive value.
   Layout layout;
+  // q's and o's dtype when the blocks are fp8: kFloat16 or kBFloat16.
+  // Ignored for 16-bit blocks (q and o are layout.dtype).
+  DType io_dtype = DType::kFloat16;
   // The layer read inside each block. REQUIRES: < layout.layers.
   uint32_t layer = 0;
   // Sequences, one query token each. 1 .. kMaxBatch.

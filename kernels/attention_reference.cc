@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fp8.h"
 #include "kernels/attention.h"
 #include "kernels/internal/attention_check.h"
 #include "kernels/internal/chunks.h"
@@ -28,6 +29,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // Read-only view of the blocks of one call, in elements of the dtype.
 struct Blocks {
+  DType dtype;
+  uint64_t value_bytes;  // of a block: where an fp8 block's scale table starts
+  uint32_t layer;
+  uint32_t kv_heads;
   const std::byte* arena;
   uint64_t slot_stride_bytes;
   const int32_t* table;  // [batch][max_blocks_per_seq]
@@ -45,7 +50,23 @@ struct Blocks {
     const int32_t slot = table[static_cast<uint64_t>(b) * max_blocks_per_seq + ut / block_tokens];
     const uint64_t element =
         (kv == 0 ? k_offset : v_offset) + (ut % block_tokens) * token_stride + h * head_dim;
-    return arena + static_cast<uint64_t>(slot) * slot_stride_bytes + element * sizeof(uint16_t);
+    return arena + static_cast<uint64_t>(slot) * slot_stride_bytes + element * DTypeBytes(dtype);
+  }
+
+  // The row widened to fp32: 16-bit values exactly, fp8 codes times their
+  // scale (the block's, for this layer, K or V, and head).
+  void Widen(uint32_t b, int64_t t, uint32_t kv, uint32_t h, float* out) const {
+    const void* row = Row(b, t, kv, h);
+    if (!IsFp8(dtype)) return internal::WidenToFloat(dtype, row, head_dim, out);
+    const auto ut = static_cast<uint64_t>(t);
+    const int32_t slot = table[static_cast<uint64_t>(b) * max_blocks_per_seq + ut / block_tokens];
+    float scale;
+    std::memcpy(&scale,
+                arena + static_cast<uint64_t>(slot) * slot_stride_bytes + value_bytes +
+                    4 * ((2ULL * layer + kv) * kv_heads + h),
+                4);
+    const auto* codes = static_cast<const uint8_t*>(row);
+    for (uint64_t d = 0; d < head_dim; ++d) out[d] = Fp8ToFloat(codes[d], dtype) * scale;
   }
 };
 
@@ -78,16 +99,15 @@ struct Scratch {
 // Attention of the G query heads `q2` ([G][head_dim], already multiplied by
 // scale * log2(e)) over tokens `r` of sequence b, KV head h. Writes the
 // normalized partial output ([G][head_dim]) and its base-2 log-sum-exp ([G]).
-void AttendChunk(const Blocks& blocks, DType dtype, uint32_t b, uint32_t h, uint32_t group,
-                 TokenRange r, const float* q2, Scratch& s, float* out, float* lse) {
+void AttendChunk(const Blocks& blocks, uint32_t b, uint32_t h, uint32_t group, TokenRange r,
+                 const float* q2, Scratch& s, float* out, float* lse) {
   const uint64_t d_n = blocks.head_dim;
   const auto n = static_cast<uint64_t>(r.end - r.begin);
   s.scores.resize(group * n);
   // Pass 1: scores. Each K row is widened once for the whole group, as the
   // GPU reads it once per KV head.
   for (uint64_t i = 0; i < n; ++i) {
-    internal::WidenToFloat(dtype, blocks.Row(b, r.begin + static_cast<int64_t>(i), 0, h), d_n,
-                           s.row.data());
+    blocks.Widen(b, r.begin + static_cast<int64_t>(i), 0, h, s.row.data());
     for (uint32_t g = 0; g < group; ++g) s.scores[g * n + i] = Dot(q2 + g * d_n, s.row.data(), d_n);
   }
   // Pass 2: subtract the max before exponentiating, so 2^(s - m) <= 1 never
@@ -99,8 +119,7 @@ void AttendChunk(const Blocks& blocks, DType dtype, uint32_t b, uint32_t h, uint
   }
   std::fill(s.acc.begin(), s.acc.end(), 0.0f);
   for (uint64_t i = 0; i < n; ++i) {
-    internal::WidenToFloat(dtype, blocks.Row(b, r.begin + static_cast<int64_t>(i), 1, h), d_n,
-                           s.row.data());
+    blocks.Widen(b, r.begin + static_cast<int64_t>(i), 1, h, s.row.data());
     for (uint32_t g = 0; g < group; ++g) {
       const float p = std::exp2(s.scores[g * n + i] - m[g]);
       l[g] += p;
@@ -151,7 +170,12 @@ Status DecodeAttentionReference(const DecodeAttentionParams& p, void* workspace,
   const uint32_t group = p.num_q_heads / l.kv_heads;
   const uint64_t token_stride = static_cast<uint64_t>(l.kv_heads) * d_n;
   const uint64_t block_elems = l.block_tokens * token_stride;
-  const Blocks blocks{static_cast<const std::byte*>(p.arena),
+  const DType io = internal::IoDType(p);
+  const Blocks blocks{l.dtype,
+                      l.ValueBytes(),
+                      p.layer,
+                      l.kv_heads,
+                      static_cast<const std::byte*>(p.arena),
                       p.slot_stride_bytes,
                       p.block_table,
                       p.max_blocks_per_seq,
@@ -183,23 +207,22 @@ Status DecodeAttentionReference(const DecodeAttentionParams& p, void* workspace,
     const auto live = static_cast<uint64_t>(LiveChunks(len, p.window, chunk_tokens));
     for (uint32_t h = 0; h < l.kv_heads; ++h) {
       const uint64_t head0 = static_cast<uint64_t>(b) * p.num_q_heads + h * group;  // first q head
-      void* o_group = static_cast<std::byte*>(p.o) + head0 * d_n * sizeof(uint16_t);
+      void* o_group = static_cast<std::byte*>(p.o) + head0 * d_n * DTypeBytes(io);
       if (live == 0) {  // an empty sequence: zeros, as documented
-        std::memset(o_group, 0, group * d_n * sizeof(uint16_t));
+        std::memset(o_group, 0, group * d_n * DTypeBytes(io));
         continue;
       }
-      internal::WidenToFloat(l.dtype,
-                             static_cast<const std::byte*>(p.q) + head0 * d_n * sizeof(uint16_t),
+      internal::WidenToFloat(io, static_cast<const std::byte*>(p.q) + head0 * d_n * DTypeBytes(io),
                              group * d_n, q2.data());
       for (float& x : q2) x *= scale2;  // scores come out in base 2, as on the GPU
       if (chunks == 1) {
-        AttendChunk(blocks, l.dtype, b, h, group, ChunkTokens(len, p.window, chunk_tokens, 0),
-                    q2.data(), s, out.data(), lse.data());
-        internal::NarrowFromFloat(l.dtype, out.data(), group * d_n, o_group);
+        AttendChunk(blocks, b, h, group, ChunkTokens(len, p.window, chunk_tokens, 0), q2.data(), s,
+                    out.data(), lse.data());
+        internal::NarrowFromFloat(io, out.data(), group * d_n, o_group);
         continue;
       }
       for (uint64_t c = 0; c < live; ++c) {
-        AttendChunk(blocks, l.dtype, b, h, group,
+        AttendChunk(blocks, b, h, group,
                     ChunkTokens(len, p.window, chunk_tokens, static_cast<int64_t>(c)), q2.data(), s,
                     out.data(), lse.data());
         for (uint32_t g = 0; g < group; ++g) {
@@ -226,7 +249,7 @@ Status DecodeAttentionReference(const DecodeAttentionParams& p, void* workspace,
         }
         for (uint64_t d = 0; d < d_n; ++d) o[d] /= sum;
       }
-      internal::NarrowFromFloat(l.dtype, out.data(), group * d_n, o_group);
+      internal::NarrowFromFloat(io, out.data(), group * d_n, o_group);
     }
   }
   return Status();

@@ -14,6 +14,9 @@ namespace kvtier::kernels::internal {
 Result<DecodeAttentionPlan> CheckDecodeAttention(const DecodeAttentionParams& params,
                                                  const void* workspace, uint64_t workspace_bytes);
 
+// q's and o's dtype: layout.dtype, or io_dtype for fp8 blocks.
+DType IoDType(const DecodeAttentionParams& params);
+
 // softmax_scale, with 0 resolved to 1 / sqrt(head_dim).
 float EffectiveScale(const DecodeAttentionParams& params);
 

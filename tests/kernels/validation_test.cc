@@ -50,7 +50,11 @@ TEST(AttentionValidationTest, UnsupportedShapesAreRefused) {
       {"no q heads", [](auto& p) { p.num_q_heads = 0; }},
       {"layer out of range", [](auto& p) { p.layer = p.layout.layers; }},
       {"fp32", [](auto& p) { p.layout.dtype = DType::kFloat32; }},
-      {"fp8", [](auto& p) { p.layout.dtype = DType::kFp8E4M3; }},
+      {"fp8 blocks, fp32 q and o",
+       [](auto& p) {
+         p.layout.dtype = DType::kFp8E4M3;
+         p.io_dtype = DType::kFloat32;
+       }},
       {"batch 0", [](auto& p) { p.batch = 0; }},
       {"batch too large", [](auto& p) { p.batch = kMaxBatch + 1; }},
       {"no table columns", [](auto& p) { p.max_blocks_per_seq = 0; }},
