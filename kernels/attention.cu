@@ -20,22 +20,23 @@ using internal::MergeChunksKernel;
 
 // Grid (chunk, KV head, sequence), then, when split, the merge over
 // (query head, sequence) with head_dim threads.
-template <typename T>
+// T: q's and o's type; Kv: how the blocks store K and V.
+template <typename T, typename Kv>
 cudaError_t Launch(const DecodeArgs& args, uint32_t kv_heads, uint32_t batch, uint32_t group,
                    cudaStream_t stream) {
   const dim3 grid(args.num_chunks, kv_heads, batch);
   switch (group) {
     case 1:
-      DecodeAttentionKernel<T, 1><<<grid, kThreads, 0, stream>>>(args);
+      DecodeAttentionKernel<T, Kv, 1><<<grid, kThreads, 0, stream>>>(args);
       break;
     case 2:
-      DecodeAttentionKernel<T, 2><<<grid, kThreads, 0, stream>>>(args);
+      DecodeAttentionKernel<T, Kv, 2><<<grid, kThreads, 0, stream>>>(args);
       break;
     case 4:
-      DecodeAttentionKernel<T, 4><<<grid, kThreads, 0, stream>>>(args);
+      DecodeAttentionKernel<T, Kv, 4><<<grid, kThreads, 0, stream>>>(args);
       break;
     default:
-      DecodeAttentionKernel<T, 8><<<grid, kThreads, 0, stream>>>(args);
+      DecodeAttentionKernel<T, Kv, 8><<<grid, kThreads, 0, stream>>>(args);
       break;
   }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || args.num_chunks == 1) return e;
@@ -50,18 +51,25 @@ Status DecodeAttention(const DecodeAttentionParams& p, void* workspace, uint64_t
   auto plan = internal::CheckDecodeAttention(p, workspace, workspace_bytes);
   if (!plan.ok()) return plan.status();
   if (!GpuAvailable()) return UnavailableError("no GPU: " + GpuDescription());
-  if (IsFp8(p.layout.dtype)) {
-    return InvalidArgumentError(
-        "decode attention over fp8 blocks runs in DecodeAttentionReference only: its CUDA "
-        "kernel is not built yet");
-  }
 
   const DecodeArgs args = internal::MakeDecodeArgs(p, *plan, workspace);
   const uint32_t group = p.num_q_heads / p.layout.kv_heads;
   auto* s = static_cast<cudaStream_t>(stream);
-  const cudaError_t e = p.layout.dtype == DType::kFloat16
-                            ? Launch<__half>(args, p.layout.kv_heads, p.batch, group, s)
-                            : Launch<__nv_bfloat16>(args, p.layout.kv_heads, p.batch, group, s);
+  cudaError_t e;
+  const uint32_t kv = p.layout.kv_heads;
+  if (internal::IoDType(p) == DType::kFloat16) {
+    e = p.layout.dtype == DType::kFp8E4M3
+            ? Launch<__half, internal::KvE4M3>(args, kv, p.batch, group, s)
+        : p.layout.dtype == DType::kFp8E5M2
+            ? Launch<__half, internal::KvE5M2>(args, kv, p.batch, group, s)
+            : Launch<__half, internal::Kv16<__half>>(args, kv, p.batch, group, s);
+  } else {
+    using B = __nv_bfloat16;
+    e = p.layout.dtype == DType::kFp8E4M3 ? Launch<B, internal::KvE4M3>(args, kv, p.batch, group, s)
+        : p.layout.dtype == DType::kFp8E5M2
+            ? Launch<B, internal::KvE5M2>(args, kv, p.batch, group, s)
+            : Launch<B, internal::Kv16<B>>(args, kv, p.batch, group, s);
+  }
   return internal::CudaStatus(e, "decode attention launch");
 }
 

@@ -16,7 +16,10 @@
 //    head_dim / 8 lanes (8, 16, 32) cover a row, so a warp covers 4, 2 or 1
 //    rows per load and every load instruction moves 512 contiguous-per-row
 //    bytes. head_dim is a runtime value: a lane's registers do not depend on
-//    it, so only (dtype, G) are template parameters (8 instantiations).
+//    it, so only (q/o type, K/V format, G) are template parameters (24
+//    instantiations). fp8 blocks (KvE4M3, KvE5M2) load 8 codes (8 bytes) per
+//    lane and the row's scale from the block's scale table, and dequantize
+//    in registers before the same fp32 arithmetic.
 //  - A "row group" (the lanes of one row) walks the chunk's tokens strided
 //    by the CTA's row groups, kUnroll tokens at a time: all their K and V
 //    loads are issued before any is used, 2 x kUnroll x 16 bytes in flight
@@ -64,6 +67,7 @@ struct DecodeArgs {
   uint64_t k_offset;           // elements from a slot to `layer`'s K
   uint64_t v_offset;           // elements from a slot to `layer`'s V
   uint64_t token_stride;       // elements between tokens: kv_heads * head_dim
+  uint64_t scale_offset;       // fp8 blocks: bytes from a slot to `layer`'s K scales
   int64_t capacity;            // max_blocks * block_tokens
   int64_t window;              // 0 = none
   int64_t chunk_tokens;
@@ -73,6 +77,7 @@ struct DecodeArgs {
   uint32_t max_blocks;
   uint32_t head_dim;
   uint32_t num_q_heads;
+  uint32_t kv_heads;
   float scale_log2;  // softmax_scale * log2(e)
 };
 
@@ -99,6 +104,8 @@ inline DecodeArgs MakeDecodeArgs(const DecodeAttentionParams& p, const DecodeAtt
   args.k_offset = 2ULL * p.layer * block_elems;
   args.v_offset = args.k_offset + block_elems;
   args.token_stride = token_stride;
+  // An fp8 block's scale table, [layer][k|v][kv_head] fp32, after its values.
+  args.scale_offset = l.ValueBytes() + 4ULL * 2 * p.layer * l.kv_heads;
   args.capacity = SeqCapacity(p);
   args.window = p.window < args.capacity ? p.window : args.capacity;
   args.chunk_tokens = plan.chunk_tokens;
@@ -108,6 +115,7 @@ inline DecodeArgs MakeDecodeArgs(const DecodeAttentionParams& p, const DecodeAtt
   args.max_blocks = p.max_blocks_per_seq;
   args.head_dim = l.head_dim;
   args.num_q_heads = p.num_q_heads;
+  args.kv_heads = l.kv_heads;
   args.scale_log2 = EffectiveScale(p) * kLog2e;
   return args;
 }
@@ -145,6 +153,50 @@ __device__ __forceinline__ void Widen8(const uint4& v, float (&f)[kDimsPerLane])
   }
 }
 
+// How K and V are stored: 16-bit values of the io type (8 per 16-byte load)
+// or fp8 codes with a scale per (block, layer, K or V, head) (8 per 8-byte
+// load), dequantized as they are widened: code value times scale, as the
+// reference does.
+template <typename T>
+struct Kv16 {
+  using Raw = uint4;
+  static constexpr bool kScaled = false;
+  __device__ static void Widen(const Raw& raw, float /*scale*/, float (&f)[kDimsPerLane]) {
+    Widen8<T>(raw, f);
+  }
+};
+
+template <uint32_t kMan, int kBias, bool kE5M2>
+struct KvFp8 {
+  using Raw = uint2;
+  static constexpr bool kScaled = true;
+  // One code to fp32, exactly (common/fp8.h's Fp8ToFloat): normals by
+  // rebiasing the bits, subnormals as an integer times the smallest step.
+  __device__ static float Decode(uint32_t c) {
+    const uint32_t m = c & 0x7fu;
+    constexpr uint32_t kFirstNan = kE5M2 ? 0x7cu : 0x7fu;
+    float mag;
+    if (m >= kFirstNan) {
+      mag = (kE5M2 && m == 0x7cu) ? INFINITY : NAN;
+    } else if (m < (1u << kMan)) {
+      // 2^(1 - bias - man): 2^-9 (e4m3), 2^-16 (e5m2).
+      mag = static_cast<float>(m) *
+            __uint_as_float(static_cast<uint32_t>(127 + 1 - kBias - static_cast<int>(kMan)) << 23);
+    } else {
+      mag = __uint_as_float((m << (23 - kMan)) + (static_cast<uint32_t>(127 - kBias) << 23));
+    }
+    return (c & 0x80u) != 0 ? -mag : mag;
+  }
+  __device__ static void Widen(const Raw& raw, float scale, float (&f)[kDimsPerLane]) {
+    const uint32_t w[2] = {raw.x, raw.y};
+#pragma unroll
+    for (uint32_t i = 0; i < kDimsPerLane; ++i)
+      f[i] = Decode((w[i / 4] >> (8 * (i % 4))) & 0xffu) * scale;
+  }
+};
+using KvE4M3 = KvFp8<3, 7, false>;
+using KvE5M2 = KvFp8<2, 15, true>;
+
 __device__ __forceinline__ int64_t SeqLen(const DecodeArgs& a, uint32_t b) {
   // Device memory cannot be checked on the host: clamp (attention.h).
   const int64_t len = a.seq_lens[b];
@@ -157,7 +209,8 @@ __device__ __forceinline__ float MaxKeepNan(float a, float b) { return b != b ? 
 
 // Grid (num_chunks, kv_heads, batch), kThreads threads. Writes o directly
 // when num_chunks == 1, else the chunk's partial (normalized o, lse).
-template <typename T, uint32_t kGroup>
+// T: q's and o's type; Kv: how K and V are stored (Kv16<T>, KvE4M3, KvE5M2).
+template <typename T, typename Kv, uint32_t kGroup>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeArgs a) {
   const uint32_t chunk = blockIdx.x;
   const uint32_t kv_head = blockIdx.y;
@@ -210,8 +263,10 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAr
   // see invalid tokens): every lane of a warp must reach each shuffle.
   for (int64_t base = r.begin; base < r.end; base += int64_t{num_rows} * kUnroll) {
     // Issue every load of this step before using any.
-    uint4 k_raw[kUnroll];
-    uint4 v_raw[kUnroll];
+    typename Kv::Raw k_raw[kUnroll];
+    typename Kv::Raw v_raw[kUnroll];
+    float k_scale[kUnroll];
+    float v_scale[kUnroll];
     bool valid[kUnroll];
     bool poisoned[kUnroll];
 #pragma unroll
@@ -219,8 +274,10 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAr
       const int64_t t = base + row + int64_t{u} * num_rows;
       valid[u] = t < r.end;
       poisoned[u] = false;
-      k_raw[u] = make_uint4(0, 0, 0, 0);
-      v_raw[u] = make_uint4(0, 0, 0, 0);
+      k_raw[u] = typename Kv::Raw{};
+      v_raw[u] = typename Kv::Raw{};
+      k_scale[u] = 1.0f;
+      v_scale[u] = 1.0f;
       if (valid[u]) {
         uint32_t block_index = 0;
         uint32_t token_in_block = 0;  // t < capacity <= INT32_MAX: FastDivmod applies
@@ -230,10 +287,16 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAr
           // Row token_in_block of the slot, KV head kv_head, this lane's dims.
           const char* block = a.arena + static_cast<uint64_t>(slot) * a.slot_stride;
           const uint64_t row_elem = static_cast<uint64_t>(token_in_block) * a.token_stride;
-          k_raw[u] = __ldg(reinterpret_cast<const uint4*>(block) +
+          using Raw = typename Kv::Raw;
+          k_raw[u] = __ldg(reinterpret_cast<const Raw*>(block) +
                            (a.k_offset + row_elem + lane_offset) / kDimsPerLane);
-          v_raw[u] = __ldg(reinterpret_cast<const uint4*>(block) +
+          v_raw[u] = __ldg(reinterpret_cast<const Raw*>(block) +
                            (a.v_offset + row_elem + lane_offset) / kDimsPerLane);
+          if constexpr (Kv::kScaled) {
+            const auto* scales = reinterpret_cast<const float*>(block + a.scale_offset);
+            k_scale[u] = __ldg(scales + kv_head);
+            v_scale[u] = __ldg(scales + a.kv_heads + kv_head);
+          }
         } else {
           poisoned[u] = true;  // a bad table entry: NaN out, nothing read
         }
@@ -245,7 +308,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAr
 #pragma unroll
     for (uint32_t u = 0; u < kUnroll; ++u) {
       float k[kDimsPerLane];
-      Widen8<T>(k_raw[u], k);
+      Kv::Widen(k_raw[u], k_scale[u], k);
 #pragma unroll
       for (uint32_t g = 0; g < kGroup; ++g) {
         float dot = 0.0f;
@@ -284,7 +347,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAr
 #pragma unroll
     for (uint32_t u = 0; u < kUnroll; ++u) {
       float v[kDimsPerLane];
-      Widen8<T>(v_raw[u], v);
+      Kv::Widen(v_raw[u], v_scale[u], v);
 #pragma unroll
       for (uint32_t g = 0; g < kGroup; ++g) {
 #pragma unroll

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
 
+#include "common/fp8.h"
 #include "kernels/kernels.h"
 
 namespace kvtier::kernels::testing {
@@ -259,6 +261,75 @@ std::vector<uint16_t> RunReference(AttentionData data) {
   const Status s = DecodeAttentionReference(p, workspace.data(), plan->workspace_bytes);
   EXPECT_TRUE(s.ok()) << s.ToString();
   return data.o;
+}
+
+std::string Fp8Case::ToString() const {
+  return std::string(DTypeName(io)) + "->" + std::string(DTypeName(fp8)) + " d" +
+         std::to_string(head_dim) + " g" + std::to_string(group) +
+         (window != 0 ? " window " + std::to_string(window) : "") +
+         (chunk_tokens != 0 ? " chunk " + std::to_string(chunk_tokens) : "");
+}
+
+Fp8AttentionData::Fp8AttentionData(const Fp8Case& c, uint32_t seed) : c_(c) {
+  wide_ = Layout{2, 2, c.head_dim, c.io, 16};
+  const Layout narrow = Fp8LayoutOf(wide_, c.fp8);
+  for (int32_t len : c.seq_lens) {
+    max_blocks_ = std::max<uint32_t>(max_blocks_, static_cast<uint32_t>((len + 15) / 16));
+  }
+  slots_ = static_cast<uint32_t>(c.seq_lens.size()) * max_blocks_;
+  wide_stride_ = (wide_.BlockBytes() + 15) / 16 * 16;
+  fp8_stride_ = (narrow.BlockBytes() + 15) / 16 * 16;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> kv(-1.0f, 1.0f), qd(-2.0f, 2.0f);
+  const auto narrow16 = [&](float v) { return Narrow(c.io, v); };
+  wide_arena.resize(slots_ * wide_stride_);
+  fp8_arena.resize(slots_ * fp8_stride_);
+  for (uint32_t s = 0; s < slots_; ++s) {
+    std::byte* block = wide_arena.data() + s * wide_stride_;
+    for (uint64_t i = 0; i < wide_.ValueBytes() / 2; ++i) {
+      const uint16_t bits = narrow16(kv(rng));
+      std::memcpy(block + 2 * i, &bits, 2);
+    }
+    const Status st = QuantizeBlock(wide_, c.fp8, {block, wide_.BlockBytes()},
+                                    {fp8_arena.data() + s * fp8_stride_, narrow.BlockBytes()});
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  table.resize(slots_);
+  for (uint32_t i = 0; i < slots_; ++i) table[i] = static_cast<int32_t>((i * 7) % slots_);
+  const uint64_t values = c.seq_lens.size() * 2ULL * c.group * c.head_dim;
+  q.resize(values);
+  for (uint16_t& x : q) x = narrow16(qd(rng));
+  o_wide.assign(values, 0);
+  o_fp8.assign(values, 0);
+}
+
+DecodeAttentionParams Fp8AttentionData::WideParams() {
+  DecodeAttentionParams p;
+  p.layout = wide_;
+  p.layer = 1;
+  p.batch = static_cast<uint32_t>(c_.seq_lens.size());
+  p.num_q_heads = 2 * c_.group;
+  p.max_blocks_per_seq = max_blocks_;
+  p.num_slots = slots_;
+  p.slot_stride_bytes = wide_stride_;
+  p.window = c_.window;
+  p.chunk_tokens = c_.chunk_tokens;
+  p.q = q.data();
+  p.o = o_wide.data();
+  p.arena = wide_arena.data();
+  p.block_table = table.data();
+  p.seq_lens = c_.seq_lens.data();
+  return p;
+}
+
+DecodeAttentionParams Fp8AttentionData::Fp8Params() {
+  DecodeAttentionParams p = WideParams();
+  p.layout = Fp8LayoutOf(wide_, c_.fp8);
+  p.io_dtype = c_.io;
+  p.slot_stride_bytes = fp8_stride_;
+  p.arena = fp8_arena.data();
+  p.o = o_fp8.data();
+  return p;
 }
 
 }  // namespace kvtier::kernels::testing

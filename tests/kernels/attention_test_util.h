@@ -108,4 +108,39 @@ std::string SweepName(const ::testing::TestParamInfo<SweepParam>& param);
 // and returns o. A failure to plan or run is a test failure.
 std::vector<uint16_t> RunReference(AttentionData data);
 
+// Data for decode attention over fp8 blocks: 16-bit blocks of K, V uniform
+// in [-1, 1] (no canaries: QuantizeBlock refuses NaN) and their fp8
+// quantization (common/fp8.h), q uniform in [-2, 2], a scattered table.
+// Two layers of two KV heads, 16-token blocks, layer 1 attended.
+struct Fp8Case {
+  DType io = DType::kFloat16;  // the 16-bit blocks, q and o
+  DType fp8 = DType::kFp8E4M3;
+  uint32_t head_dim = 128;
+  uint32_t group = 1;
+  std::vector<int32_t> seq_lens = {1};
+  uint32_t window = 0;
+  uint32_t chunk_tokens = 0;
+  std::string ToString() const;
+};
+
+class Fp8AttentionData {
+ public:
+  Fp8AttentionData(const Fp8Case& c, uint32_t seed);
+  // Over the 16-bit blocks (o written to o_wide) and over the fp8 blocks
+  // (o written to o_fp8), the same q, table and lengths.
+  DecodeAttentionParams WideParams();
+  DecodeAttentionParams Fp8Params();
+  const Fp8Case& c() const { return c_; }
+
+  std::vector<std::byte> wide_arena, fp8_arena;
+  std::vector<uint16_t> q, o_wide, o_fp8;
+  std::vector<int32_t> table;
+
+ private:
+  Fp8Case c_;
+  Layout wide_;
+  uint32_t max_blocks_ = 1, slots_ = 0;
+  uint64_t wide_stride_ = 0, fp8_stride_ = 0;
+};
+
 }  // namespace kvtier::kernels::testing

@@ -30,17 +30,32 @@ using testing::AttentionData;
 using testing::AttentionShape;
 using testing::RunReference;
 
-template <typename T>
+template <typename T, typename Kv>
 std::function<void()> AttentionKernel(const internal::DecodeArgs& args, uint32_t group) {
   switch (group) {
     case 1:
-      return [&args] { internal::DecodeAttentionKernel<T, 1>(args); };
+      return [&args] { internal::DecodeAttentionKernel<T, Kv, 1>(args); };
     case 2:
-      return [&args] { internal::DecodeAttentionKernel<T, 2>(args); };
+      return [&args] { internal::DecodeAttentionKernel<T, Kv, 2>(args); };
     case 4:
-      return [&args] { internal::DecodeAttentionKernel<T, 4>(args); };
+      return [&args] { internal::DecodeAttentionKernel<T, Kv, 4>(args); };
     default:
-      return [&args] { internal::DecodeAttentionKernel<T, 8>(args); };
+      return [&args] { internal::DecodeAttentionKernel<T, Kv, 8>(args); };
+  }
+}
+
+// The kernel attention.cu launches for p: q/o type by IoDType, K/V format
+// by the blocks' dtype.
+template <typename T>
+std::function<void()> KernelFor(const DecodeAttentionParams& p, const internal::DecodeArgs& args,
+                                uint32_t group) {
+  switch (p.layout.dtype) {
+    case DType::kFp8E4M3:
+      return AttentionKernel<T, internal::KvE4M3>(args, group);
+    case DType::kFp8E5M2:
+      return AttentionKernel<T, internal::KvE5M2>(args, group);
+    default:
+      return AttentionKernel<T, internal::Kv16<T>>(args, group);
   }
 }
 
@@ -51,10 +66,10 @@ Status EmulateDecodeAttention(const DecodeAttentionParams& p, void* workspace,
   if (!plan.ok()) return plan.status();
   const internal::DecodeArgs args = internal::MakeDecodeArgs(p, *plan, workspace);
   const uint32_t group = p.num_q_heads / p.layout.kv_heads;
-  const bool fp16 = p.layout.dtype == DType::kFloat16;
+  const bool fp16 = internal::IoDType(p) == DType::kFloat16;
   const std::string e = emulator::RunGrid(
       uint3{plan->num_chunks, p.layout.kv_heads, p.batch}, internal::kThreads,
-      fp16 ? AttentionKernel<__half>(args, group) : AttentionKernel<__nv_bfloat16>(args, group));
+      fp16 ? KernelFor<__half>(p, args, group) : KernelFor<__nv_bfloat16>(p, args, group));
   if (!e.empty()) return InternalError("attention kernel: " + e);
   if (plan->num_chunks == 1) return Status();
   const std::function<void()> merge = [&args, fp16] {
@@ -126,6 +141,35 @@ TEST(EmulatedAttentionTest, SeqLensAreClampedToTheTable) {
   const std::vector<uint16_t> want = RunReference(data);
   data.seq_lens[0] = 1 << 30;  // the GPU clamps it to the table (the reference refuses it)
   EXPECT_EQ(RunEmulated(data), want);
+}
+
+// fp8 blocks: the kernel dequantizes as the reference does, so the two agree
+// within the GPU's usual tolerance, over both formats and both io types.
+TEST(EmulatedAttentionTest, Fp8BlocksMatchTheReference) {
+  uint32_t seed = 900;
+  for (DType fp8 : {DType::kFp8E4M3, DType::kFp8E5M2}) {
+    for (DType io : {DType::kFloat16, DType::kBFloat16}) {
+      for (const testing::Fp8Case& c : {testing::Fp8Case{io, fp8, 64, 2, {1, 37}},
+                                        testing::Fp8Case{io, fp8, 128, 4, {70}, 0, 32},
+                                        testing::Fp8Case{io, fp8, 256, 1, {40}, 24}}) {
+        SCOPED_TRACE(c.ToString());
+        testing::Fp8AttentionData data(c, seed++);
+        const DecodeAttentionParams p = data.Fp8Params();
+        auto plan = PlanDecodeAttention(p);
+        ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+        std::vector<float> ws(plan->workspace_bytes / sizeof(float) + 4,
+                              std::numeric_limits<float>::quiet_NaN());
+        ASSERT_TRUE(DecodeAttentionReference(p, ws.data(), ws.size() * 4).ok());
+        const std::vector<uint16_t> want = data.o_fp8;
+        std::fill(data.o_fp8.begin(), data.o_fp8.end(), uint16_t{0x7e00});
+        const Status s = EmulateDecodeAttention(p, ws.data(), ws.size() * 4);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        const std::string diff =
+            testing::CompareOutputs(io, data.o_fp8, want, testing::GpuTolerance(io));
+        EXPECT_TRUE(diff.empty()) << diff;
+      }
+    }
+  }
 }
 
 // The paged copy kernel through the emulator against the references.
