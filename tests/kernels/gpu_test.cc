@@ -143,6 +143,46 @@ TEST_F(GpuTest, LongContextWithAutomaticSplit) {
 #endif
 }
 
+// fp8 blocks on the device: the kernel against the fp8 reference, both
+// formats and io types, short, split and windowed (and long, for a chunk
+// count a GPU is filled with).
+TEST_F(GpuTest, Fp8BlocksMatchTheReference) {
+#if KVTIER_TEST_CUDA
+  uint32_t seed = 700;
+  for (DType fp8 : {DType::kFp8E4M3, DType::kFp8E5M2}) {
+    for (DType io : {DType::kFloat16, DType::kBFloat16}) {
+      for (const testing::Fp8Case& c :
+           {testing::Fp8Case{io, fp8, 64, 2, {1, 37}}, testing::Fp8Case{io, fp8, 128, 8, {4000, 3}},
+            testing::Fp8Case{io, fp8, 128, 4, {700}, 0, 64},
+            testing::Fp8Case{io, fp8, 256, 1, {300}, 100}}) {
+        SCOPED_TRACE(c.ToString());
+        testing::Fp8AttentionData data(c, seed++);
+        DecodeAttentionParams p = data.Fp8Params();
+        auto plan = PlanDecodeAttention(p);
+        ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+        std::vector<float> host_ws(plan->workspace_bytes / sizeof(float) + 4);
+        ASSERT_TRUE(DecodeAttentionReference(p, host_ws.data(), host_ws.size() * 4).ok());
+        const std::vector<uint16_t> want = data.o_fp8;
+        DeviceBuffer arena(data.fp8_arena), q(data.q), o(data.o_fp8), table(data.table),
+            lens(c.seq_lens), ws(plan->workspace_bytes);
+        EXPECT_EQ(cudaMemset(ws.get(), 0xff, plan->workspace_bytes), cudaSuccess);
+        p.arena = arena.get();
+        p.q = q.get();
+        p.o = o.get();
+        p.block_table = static_cast<const int32_t*>(table.get());
+        p.seq_lens = static_cast<const int32_t*>(lens.get());
+        const Status s = DecodeAttention(p, ws.get(), plan->workspace_bytes, nullptr);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::string diff =
+            testing::CompareOutputs(io, o.Download<uint16_t>(), want, testing::GpuTolerance(io));
+        EXPECT_TRUE(diff.empty()) << diff;
+      }
+    }
+  }
+#endif
+}
+
 TEST_F(GpuTest, BadTableEntryPoisonsOnlyItsSequence) {
 #if KVTIER_TEST_CUDA
   AttentionShape shape;
