@@ -34,9 +34,11 @@ from ._kvtier import (
     WriteHandle,
     WriteState,
     deployment_keys,
+    dequantize_block,
     event_hash,
     host_buffer,
     host_buffer_cache,
+    quantize_block,
     set_host_buffer_cache,
 )
 from .errors import (
@@ -77,8 +79,10 @@ __all__ = [
     "WriteHandle",
     "WriteState",
     "deployment_keys",
+    "dequantize_block",
     "event_hash",
     "host_buffer",
     "host_buffer_cache",
+    "quantize_block",
     "set_host_buffer_cache",
 ]

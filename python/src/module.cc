@@ -11,9 +11,12 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
+#include "common/fp8.h"
 #include "core.h"
 #include "handles.h"
 #include "host_buffers.h"
@@ -172,7 +175,11 @@ A block holds the K and V of ``block_tokens`` tokens for all layers, laid out
           [](Layout& l, const std::string& d) { l.dtype = ParseDTypeOrThrow(d); },
           "fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2.")
       .def_rw("block_tokens", &Layout::block_tokens, "Tokens per block.")
-      .def_prop_ro("block_bytes", &Layout::BlockBytes)
+      .def_prop_ro("block_bytes", &Layout::BlockBytes,
+                   "Bytes of a block: its values, then (fp8) its scales.")
+      .def_prop_ro("value_bytes", &Layout::ValueBytes, "Bytes of a block's values.")
+      .def_prop_ro("scale_bytes", &Layout::ScaleBytes,
+                   "Bytes of an fp8 block's scales (fp32 per layer, K or V, KV head); 0 otherwise.")
       .def_prop_ro("bytes_per_token", &Layout::BytesPerToken)
       .def_prop_ro(
           "block_shape",
@@ -545,6 +552,64 @@ the namespace as workers attach to it; block_tokens is its layout's.)");
       "The block hash KV events carry for a key: its low 64 bits (vLLM's integer form).");
 }
 
+// fp8 blocks (common/fp8.h): the codecs a worker without its own fp8
+// kernels uses to write and read an fp8 namespace's blocks.
+void BindFp8(nb::module_& m) {
+  using In = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+  using Out = nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>, nb::c_contig>;
+  const auto owned = [](std::vector<uint8_t>* bytes) {
+    nb::capsule owner(bytes,
+                      [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
+    const size_t shape[1] = {bytes->size()};
+    return Out(bytes->data(), 1, shape, owner);
+  };
+  m.def(
+      "quantize_block",
+      [owned](const Layout& layout, In block, const std::string& fp8) {
+        DType to = ParseDTypeOrThrow(fp8);
+        auto out = std::make_unique<std::vector<uint8_t>>(Fp8LayoutOf(layout, to).BlockBytes());
+        Status s;
+        {
+          nb::gil_scoped_release release;
+          s = QuantizeBlock(layout, to, std::as_bytes(std::span(block.data(), block.shape(0))),
+                            std::as_writable_bytes(std::span(*out)));
+        }
+        if (!s.ok()) Throw(s);
+        return owned(out.release());
+      },
+      nb::arg("layout"), nb::arg("block"), nb::arg("fp8") = "fp8_e4m3",
+      R"(One block of an fp16 or bf16 layout (its block_bytes, uint8) in the fp8 block format.
+
+Returns the block of Layout(..., dtype=fp8) (uint8, that layout's
+block_bytes): the values, one byte each, then one fp32 scale per (layer, K
+or V, KV head), each scale the slice's largest magnitude over the format's
+largest finite (docs/fp8.md). Raises kvtier.InvalidArgumentError for a
+block holding NaN or infinity, or of the wrong size.)");
+  m.def(
+      "dequantize_block",
+      [owned](const Layout& fp8_layout, In block, const std::string& dtype) {
+        DType to = ParseDTypeOrThrow(dtype);
+        Layout wide = fp8_layout;
+        wide.dtype = to;
+        auto out = std::make_unique<std::vector<uint8_t>>(wide.BlockBytes());
+        Status s;
+        {
+          nb::gil_scoped_release release;
+          s = DequantizeBlock(fp8_layout, to,
+                              std::as_bytes(std::span(block.data(), block.shape(0))),
+                              std::as_writable_bytes(std::span(*out)));
+        }
+        if (!s.ok()) Throw(s);
+        return owned(out.release());
+      },
+      nb::arg("fp8_layout"), nb::arg("block"), nb::arg("dtype") = "fp16",
+      R"(One fp8 block (the fp8 layout's block_bytes, uint8) back to dtype (fp16 or bf16).
+
+Each value times its scale, rounded to nearest even. Raises
+kvtier.InvalidArgumentError for a NaN code, a scale that is not positive
+and finite, or the wrong size.)");
+}
+
 }  // namespace
 }  // namespace kvtier::python
 
@@ -561,5 +626,6 @@ NB_MODULE(_kvtier, m) {
   BindClient(m);
   BindHostBuffers(m);
   BindRouter(m);
+  BindFp8(m);
   m.attr("DEFAULT_SOCKET") = kvtier::client::kDefaultSocketPath;
 }
