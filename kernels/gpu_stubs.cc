@@ -3,6 +3,7 @@
 // says there is no GPU.
 #include "kernels/attention.h"
 #include "kernels/block_copy.h"
+#include "kernels/fp8_codec.h"
 #include "kernels/internal/attention_check.h"
 #include "kernels/internal/copy_check.h"
 #include "kernels/kernels.h"
@@ -36,6 +37,16 @@ Status ScatterBlocks(const PagedCopyParams& params, Stream /*stream*/) {
 Status CopySlots(const SlotCopyParams& params, Stream /*stream*/) {
   KVTIER_RETURN_IF_ERROR(internal::CheckSlotCopy(params));
   return params.count == 0 ? Status() : NoCuda();
+}
+
+Status QuantizeBlocks(const Fp8BlocksParams& params, Stream /*stream*/) {
+  KVTIER_RETURN_IF_ERROR(ValidateFp8Blocks(params, true));
+  return params.num_blocks == 0 ? Status() : NoCuda();
+}
+
+Status DequantizeBlocks(const Fp8BlocksParams& params, Stream /*stream*/) {
+  KVTIER_RETURN_IF_ERROR(ValidateFp8Blocks(params, false));
+  return params.num_blocks == 0 ? Status() : NoCuda();
 }
 
 }  // namespace kvtier::kernels

@@ -42,6 +42,7 @@
 #include "kernels/attention.h"
 #include "kernels/internal/attention_check.h"
 #include "kernels/internal/chunks.h"
+#include "kernels/internal/fp8_device.cuh"
 
 namespace kvtier::kernels::internal {
 
@@ -120,29 +121,6 @@ inline DecodeArgs MakeDecodeArgs(const DecodeAttentionParams& p, const DecodeAtt
   return args;
 }
 
-// fp16 / bf16 bits <-> fp32. bf16 widening is a shift; fp16 uses the
-// hardware conversion. Narrowing rounds to nearest even, like the reference.
-template <typename T>
-struct Elem;
-template <>
-struct Elem<__half> {
-  __device__ static float Lo(uint32_t w) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
-  }
-  __device__ static float Hi(uint32_t w) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
-  }
-  __device__ static uint16_t Narrow(float x) { return __half_as_ushort(__float2half_rn(x)); }
-};
-template <>
-struct Elem<__nv_bfloat16> {
-  __device__ static float Lo(uint32_t w) { return __uint_as_float(w << 16); }
-  __device__ static float Hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-  __device__ static uint16_t Narrow(float x) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-  }
-};
-
 template <typename T>
 __device__ __forceinline__ void Widen8(const uint4& v, float (&f)[kDimsPerLane]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -166,36 +144,20 @@ struct Kv16 {
   }
 };
 
-template <uint32_t kMan, int kBias, bool kE5M2>
+template <typename Format>
 struct KvFp8 {
   using Raw = uint2;
   static constexpr bool kScaled = true;
-  // One code to fp32, exactly (common/fp8.h's Fp8ToFloat): normals by
-  // rebiasing the bits, subnormals as an integer times the smallest step.
-  __device__ static float Decode(uint32_t c) {
-    const uint32_t m = c & 0x7fu;
-    constexpr uint32_t kFirstNan = kE5M2 ? 0x7cu : 0x7fu;
-    float mag;
-    if (m >= kFirstNan) {
-      mag = (kE5M2 && m == 0x7cu) ? INFINITY : NAN;
-    } else if (m < (1u << kMan)) {
-      // 2^(1 - bias - man): 2^-9 (e4m3), 2^-16 (e5m2).
-      mag = static_cast<float>(m) *
-            __uint_as_float(static_cast<uint32_t>(127 + 1 - kBias - static_cast<int>(kMan)) << 23);
-    } else {
-      mag = __uint_as_float((m << (23 - kMan)) + (static_cast<uint32_t>(127 - kBias) << 23));
-    }
-    return (c & 0x80u) != 0 ? -mag : mag;
-  }
   __device__ static void Widen(const Raw& raw, float scale, float (&f)[kDimsPerLane]) {
     const uint32_t w[2] = {raw.x, raw.y};
 #pragma unroll
-    for (uint32_t i = 0; i < kDimsPerLane; ++i)
-      f[i] = Decode((w[i / 4] >> (8 * (i % 4))) & 0xffu) * scale;
+    for (uint32_t i = 0; i < kDimsPerLane; ++i) {
+      f[i] = Format::Decode((w[i / 4] >> (8 * (i % 4))) & 0xffu) * scale;
+    }
   }
 };
-using KvE4M3 = KvFp8<3, 7, false>;
-using KvE5M2 = KvFp8<2, 15, true>;
+using KvE4M3 = KvFp8<Fp8E4M3>;
+using KvE5M2 = KvFp8<Fp8E5M2>;
 
 __device__ __forceinline__ int64_t SeqLen(const DecodeArgs& a, uint32_t b) {
   // Device memory cannot be checked on the host: clamp (attention.h).

@@ -163,6 +163,7 @@ T __ldg(const T* p) {
   return *p;
 }
 inline float __uint_as_float(unsigned x) { return std::bit_cast<float>(x); }
+inline unsigned __float_as_uint(float x) { return std::bit_cast<unsigned>(x); }
 
 namespace kvtier::kernels::emulator {
 

@@ -20,8 +20,10 @@
 #include "attention_test_util.h"
 #include "block_copy_test_util.h"
 #include "cuda_emulator.h"  // before any CUDA header
+#include "fp8_codec_test_util.h"
 #include "kernels/internal/attention_kernel.cuh"
 #include "kernels/internal/block_copy_kernel.cuh"
+#include "kernels/internal/fp8_codec_kernel.cuh"
 
 namespace kvtier::kernels {
 namespace {
@@ -168,6 +170,74 @@ TEST(EmulatedAttentionTest, Fp8BlocksMatchTheReference) {
             testing::CompareOutputs(io, data.o_fp8, want, testing::GpuTolerance(io));
         EXPECT_TRUE(diff.empty()) << diff;
       }
+    }
+  }
+}
+
+// The fp8 codec kernels through the emulator: the references' bytes, bit for
+// bit, and the same blocks refused.
+void EmulateFp8Blocks(const Fp8BlocksParams& p, bool quantize) {
+  ASSERT_TRUE(ValidateFp8Blocks(p, quantize).ok());
+  std::fill(p.refused, p.refused + p.num_blocks, uint8_t{0});  // the launcher's memset
+  internal::Fp8BlocksArgs args{};
+  args.src = static_cast<const char*>(p.src);
+  args.dst = static_cast<char*>(p.dst);
+  args.refused = p.refused;
+  args.src_stride = p.src_stride_bytes;
+  args.dst_stride = p.dst_stride_bytes;
+  args.value_bytes_fp8 = Fp8LayoutOf(p.layout, p.fp8).ValueBytes();
+  args.block_tokens = p.layout.block_tokens;
+  args.kv_heads = p.layout.kv_heads;
+  args.head_dim = p.layout.head_dim;
+  const bool fp16 = p.layout.dtype == DType::kFloat16, e4m3 = p.fp8 == DType::kFp8E4M3;
+  const std::function<void()> kernel = [&args, quantize, fp16, e4m3] {
+    using internal::Fp8E4M3;
+    using internal::Fp8E5M2;
+    if (quantize) {
+      fp16 ? (e4m3 ? internal::QuantizeBlocksKernel<__half, Fp8E4M3>(args)
+                   : internal::QuantizeBlocksKernel<__half, Fp8E5M2>(args))
+           : (e4m3 ? internal::QuantizeBlocksKernel<__nv_bfloat16, Fp8E4M3>(args)
+                   : internal::QuantizeBlocksKernel<__nv_bfloat16, Fp8E5M2>(args));
+    } else {
+      fp16 ? (e4m3 ? internal::DequantizeBlocksKernel<__half, Fp8E4M3>(args)
+                   : internal::DequantizeBlocksKernel<__half, Fp8E5M2>(args))
+           : (e4m3 ? internal::DequantizeBlocksKernel<__nv_bfloat16, Fp8E4M3>(args)
+                   : internal::DequantizeBlocksKernel<__nv_bfloat16, Fp8E5M2>(args));
+    }
+  };
+  EXPECT_EQ(emulator::RunGrid(uint3{p.layout.kv_heads, 2 * p.layout.layers, p.num_blocks},
+                              internal::kCodecThreads, kernel),
+            "");
+}
+
+TEST(EmulatedFp8CodecTest, MatchesTheReferencesBitForBit) {
+  for (DType wide : {DType::kFloat16, DType::kBFloat16}) {
+    for (DType fp8 : {DType::kFp8E4M3, DType::kFp8E5M2}) {
+      SCOPED_TRACE(std::string(DTypeName(wide)) + " " + std::string(DTypeName(fp8)));
+      testing::Fp8Batch want(Layout{2, 3, 64, wide, 16}, fp8, 4, 9);
+      want.PoisonWide(2);
+      testing::Fp8Batch got = want;
+      ASSERT_TRUE(QuantizeBlocksReference(want.QuantizeParams()).ok());
+      EmulateFp8Blocks(got.QuantizeParams(), /*quantize=*/true);
+      EXPECT_EQ(got.refused, want.refused);
+      for (uint32_t i : {0u, 1u, 3u}) {
+        EXPECT_TRUE(std::equal(got.NarrowBlock(i).begin(), got.NarrowBlock(i).end(),
+                               want.NarrowBlock(i).begin()))
+            << "block " << i;
+      }
+      // Restoring the reference's fp8 blocks, one with a bad scale.
+      want.SpoilScale(3);
+      got.narrow_bytes = want.narrow_bytes;
+      ASSERT_TRUE(DequantizeBlocksReference(want.DequantizeParams()).ok());
+      EmulateFp8Blocks(got.DequantizeParams(), /*quantize=*/false);
+      for (uint32_t i : {0u, 1u, 3u}) {
+        EXPECT_EQ(got.refused[i], want.refused[i]) << i;
+        if (want.refused[i] != 0) continue;
+        EXPECT_TRUE(
+            std::equal(got.BackBlock(i).begin(), got.BackBlock(i).end(), want.BackBlock(i).begin()))
+            << "block " << i;
+      }
+      EXPECT_EQ(want.refused[3], 1);
     }
   }
 }
