@@ -14,6 +14,7 @@
 
 #include "attention_test_util.h"
 #include "block_copy_test_util.h"
+#include "fp8_codec_test_util.h"
 #include "kernels/attention.h"
 #include "kernels/block_copy.h"
 #include "kernels/kernels.h"
@@ -177,6 +178,48 @@ TEST_F(GpuTest, Fp8BlocksMatchTheReference) {
         const std::string diff =
             testing::CompareOutputs(io, o.Download<uint16_t>(), want, testing::GpuTolerance(io));
         EXPECT_TRUE(diff.empty()) << diff;
+      }
+    }
+  }
+#endif
+}
+
+// The fp8 codecs on the device: the references' bytes, bit for bit.
+TEST_F(GpuTest, Fp8CodecsMatchTheReferencesBitForBit) {
+#if KVTIER_TEST_CUDA
+  for (DType wide : {DType::kFloat16, DType::kBFloat16}) {
+    for (DType fp8 : {DType::kFp8E4M3, DType::kFp8E5M2}) {
+      testing::Fp8Batch want(Layout{4, 8, 128, wide, 16}, fp8, 6, 11);
+      want.PoisonWide(4);
+      ASSERT_TRUE(QuantizeBlocksReference(want.QuantizeParams()).ok());
+      ASSERT_TRUE(DequantizeBlocksReference(want.DequantizeParams()).ok());
+      testing::Fp8Batch host = want;
+      DeviceBuffer wide_d(host.wide_bytes), narrow_d(host.narrow_bytes), back_d(host.back_bytes),
+          refused_d(host.refused);
+      Fp8BlocksParams q = host.QuantizeParams();
+      q.src = wide_d.get();
+      q.dst = narrow_d.get();
+      q.refused = static_cast<uint8_t*>(refused_d.get());
+      ASSERT_TRUE(QuantizeBlocks(q, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(refused_d.Download<uint8_t>(), want.refused);
+      host.narrow_bytes = narrow_d.Download<std::byte>();
+      for (uint32_t i : {0u, 1u, 2u, 3u, 5u}) {
+        EXPECT_TRUE(std::equal(host.NarrowBlock(i).begin(), host.NarrowBlock(i).end(),
+                               want.NarrowBlock(i).begin()))
+            << i;
+      }
+      Fp8BlocksParams d = host.DequantizeParams();
+      d.src = narrow_d.get();
+      d.dst = back_d.get();
+      d.refused = static_cast<uint8_t*>(refused_d.get());
+      ASSERT_TRUE(DequantizeBlocks(d, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      host.back_bytes = back_d.Download<std::byte>();
+      for (uint32_t i : {0u, 1u, 2u, 3u, 5u}) {
+        EXPECT_TRUE(std::equal(host.BackBlock(i).begin(), host.BackBlock(i).end(),
+                               want.BackBlock(i).begin()))
+            << i;
       }
     }
   }
