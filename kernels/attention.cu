@@ -55,19 +55,15 @@ Status DecodeAttention(const DecodeAttentionParams& p, void* workspace, uint64_t
   const DecodeArgs args = internal::MakeDecodeArgs(p, *plan, workspace);
   const uint32_t group = p.num_q_heads / p.layout.kv_heads;
   auto* s = static_cast<cudaStream_t>(stream);
-  cudaError_t e;
   const uint32_t kv = p.layout.kv_heads;
+  const bool fp8 = IsFp8(p.layout.dtype);
+  cudaError_t e;
   if (internal::IoDType(p) == DType::kFloat16) {
-    e = p.layout.dtype == DType::kFp8E4M3
-            ? Launch<__half, internal::KvE4M3>(args, kv, p.batch, group, s)
-        : p.layout.dtype == DType::kFp8E5M2
-            ? Launch<__half, internal::KvE5M2>(args, kv, p.batch, group, s)
+    e = fp8 ? Launch<__half, internal::KvFp8>(args, kv, p.batch, group, s)
             : Launch<__half, internal::Kv16<__half>>(args, kv, p.batch, group, s);
   } else {
     using B = __nv_bfloat16;
-    e = p.layout.dtype == DType::kFp8E4M3 ? Launch<B, internal::KvE4M3>(args, kv, p.batch, group, s)
-        : p.layout.dtype == DType::kFp8E5M2
-            ? Launch<B, internal::KvE5M2>(args, kv, p.batch, group, s)
+    e = fp8 ? Launch<B, internal::KvFp8>(args, kv, p.batch, group, s)
             : Launch<B, internal::Kv16<B>>(args, kv, p.batch, group, s);
   }
   return internal::CudaStatus(e, "decode attention launch");

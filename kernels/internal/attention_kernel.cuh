@@ -16,10 +16,11 @@
 //    head_dim / 8 lanes (8, 16, 32) cover a row, so a warp covers 4, 2 or 1
 //    rows per load and every load instruction moves 512 contiguous-per-row
 //    bytes. head_dim is a runtime value: a lane's registers do not depend on
-//    it, so only (q/o type, K/V format, G) are template parameters (24
-//    instantiations). fp8 blocks (KvE4M3, KvE5M2) load 8 codes (8 bytes) per
-//    lane and the row's scale from the block's scale table, and dequantize
-//    in registers before the same fp32 arithmetic.
+//    it, so only (q/o type, 16-bit or fp8 K/V, G) are template parameters
+//    (16 instantiations). fp8 blocks (KvFp8; e4m3 or e5m2 chosen at run
+//    time) load 8 codes (8 bytes) per lane and the row's scale from the
+//    block's scale table, and dequantize in registers before the same fp32
+//    arithmetic.
 //  - A "row group" (the lanes of one row) walks the chunk's tokens strided
 //    by the CTA's row groups, kUnroll tokens at a time: all their K and V
 //    loads are issued before any is used, 2 x kUnroll x 16 bytes in flight
@@ -79,6 +80,7 @@ struct DecodeArgs {
   uint32_t head_dim;
   uint32_t num_q_heads;
   uint32_t kv_heads;
+  bool fp8_e5m2;     // fp8 blocks: e5m2 (else e4m3)
   float scale_log2;  // softmax_scale * log2(e)
 };
 
@@ -117,6 +119,7 @@ inline DecodeArgs MakeDecodeArgs(const DecodeAttentionParams& p, const DecodeAtt
   args.head_dim = l.head_dim;
   args.num_q_heads = p.num_q_heads;
   args.kv_heads = l.kv_heads;
+  args.fp8_e5m2 = l.dtype == DType::kFp8E5M2;
   args.scale_log2 = EffectiveScale(p) * kLog2e;
   return args;
 }
@@ -139,25 +142,27 @@ template <typename T>
 struct Kv16 {
   using Raw = uint4;
   static constexpr bool kScaled = false;
-  __device__ static void Widen(const Raw& raw, float /*scale*/, float (&f)[kDimsPerLane]) {
+  __device__ static void Widen(const Raw& raw, float /*scale*/, bool /*e5m2*/,
+                               float (&f)[kDimsPerLane]) {
     Widen8<T>(raw, f);
   }
 };
 
-template <typename Format>
+// Both fp8 formats in one kernel: which one is a uniform runtime choice
+// (a.fp8_e5m2), not a template parameter, which would double the kernels
+// built for a branch that costs nothing in a memory-bound loop.
 struct KvFp8 {
   using Raw = uint2;
   static constexpr bool kScaled = true;
-  __device__ static void Widen(const Raw& raw, float scale, float (&f)[kDimsPerLane]) {
+  __device__ static void Widen(const Raw& raw, float scale, bool e5m2, float (&f)[kDimsPerLane]) {
     const uint32_t w[2] = {raw.x, raw.y};
 #pragma unroll
     for (uint32_t i = 0; i < kDimsPerLane; ++i) {
-      f[i] = Format::Decode((w[i / 4] >> (8 * (i % 4))) & 0xffu) * scale;
+      const uint32_t c = (w[i / 4] >> (8 * (i % 4))) & 0xffu;
+      f[i] = (e5m2 ? Fp8E5M2::Decode(c) : Fp8E4M3::Decode(c)) * scale;
     }
   }
 };
-using KvE4M3 = KvFp8<Fp8E4M3>;
-using KvE5M2 = KvFp8<Fp8E5M2>;
 
 __device__ __forceinline__ int64_t SeqLen(const DecodeArgs& a, uint32_t b) {
   // Device memory cannot be checked on the host: clamp (attention.h).
@@ -171,7 +176,7 @@ __device__ __forceinline__ float MaxKeepNan(float a, float b) { return b != b ? 
 
 // Grid (num_chunks, kv_heads, batch), kThreads threads. Writes o directly
 // when num_chunks == 1, else the chunk's partial (normalized o, lse).
-// T: q's and o's type; Kv: how K and V are stored (Kv16<T>, KvE4M3, KvE5M2).
+// T: q's and o's type; Kv: how K and V are stored (Kv16<T> or KvFp8).
 template <typename T, typename Kv, uint32_t kGroup>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeArgs a) {
   const uint32_t chunk = blockIdx.x;
@@ -270,7 +275,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAr
 #pragma unroll
     for (uint32_t u = 0; u < kUnroll; ++u) {
       float k[kDimsPerLane];
-      Kv::Widen(k_raw[u], k_scale[u], k);
+      Kv::Widen(k_raw[u], k_scale[u], a.fp8_e5m2, k);
 #pragma unroll
       for (uint32_t g = 0; g < kGroup; ++g) {
         float dot = 0.0f;
@@ -309,7 +314,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(const DecodeAr
 #pragma unroll
     for (uint32_t u = 0; u < kUnroll; ++u) {
       float v[kDimsPerLane];
-      Kv::Widen(v_raw[u], v_scale[u], v);
+      Kv::Widen(v_raw[u], v_scale[u], a.fp8_e5m2, v);
 #pragma unroll
       for (uint32_t g = 0; g < kGroup; ++g) {
 #pragma unroll

@@ -51,14 +51,8 @@ std::function<void()> AttentionKernel(const internal::DecodeArgs& args, uint32_t
 template <typename T>
 std::function<void()> KernelFor(const DecodeAttentionParams& p, const internal::DecodeArgs& args,
                                 uint32_t group) {
-  switch (p.layout.dtype) {
-    case DType::kFp8E4M3:
-      return AttentionKernel<T, internal::KvE4M3>(args, group);
-    case DType::kFp8E5M2:
-      return AttentionKernel<T, internal::KvE5M2>(args, group);
-    default:
-      return AttentionKernel<T, internal::Kv16<T>>(args, group);
-  }
+  if (IsFp8(p.layout.dtype)) return AttentionKernel<T, internal::KvFp8>(args, group);
+  return AttentionKernel<T, internal::Kv16<T>>(args, group);
 }
 
 // DecodeAttention's launch (attention.cu), with the emulator as the GPU.
