@@ -109,9 +109,22 @@ std::unique_ptr<RedisHarness> RedisHarness::Start(const RedisClusterSpec& spec) 
   }
   for (size_t i = 0; i < n; ++i) {
     bool up = false;
-    for (int t = 0; t < 200 && !up; ++t) {
+    // A node that exits at once lost its port to another test process
+    // between PickPort's check and its bind: it gets another port (three
+    // times at most). One that stays up is given 10 s (a loaded machine).
+    for (int t = 0, restarts = 0; t < 400 && !up; ++t) {
       up = h->Cli(static_cast<int>(i), {"PING"}).find("PONG") != std::string::npos;
-      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      if (up) break;
+      int status = 0;
+      if (restarts < 3 && ::waitpid(h->pids_[i], &status, WNOHANG) == h->pids_[i]) {
+        ++restarts;
+        const uint16_t p = PickPort(h->ports_);
+        if (p == 0) break;
+        h->ports_[i] = p;
+        if (!h->StartNode(i, spec)) break;
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
     if (!up) {
       std::cerr << "redis harness: node " << h->address(static_cast<int>(i))
