@@ -32,16 +32,7 @@ Status Run(const Fp8BlocksParams& p, Stream stream) {
   auto* s = static_cast<cudaStream_t>(stream);
   KVTIER_RETURN_IF_ERROR(
       internal::CudaStatus(cudaMemsetAsync(p.refused, 0, p.num_blocks, s), "cudaMemsetAsync"));
-  Fp8BlocksArgs args{};
-  args.src = static_cast<const char*>(p.src);
-  args.dst = static_cast<char*>(p.dst);
-  args.refused = p.refused;
-  args.src_stride = p.src_stride_bytes;
-  args.dst_stride = p.dst_stride_bytes;
-  args.value_bytes_fp8 = Fp8LayoutOf(p.layout, p.fp8).ValueBytes();
-  args.block_tokens = p.layout.block_tokens;
-  args.kv_heads = p.layout.kv_heads;
-  args.head_dim = p.layout.head_dim;
+  const Fp8BlocksArgs args = internal::MakeFp8BlocksArgs(p);
   const dim3 grid(p.layout.kv_heads, 2 * p.layout.layers, p.num_blocks);
   const bool fp16 = p.layout.dtype == DType::kFloat16;
   const bool e4m3 = p.fp8 == DType::kFp8E4M3;

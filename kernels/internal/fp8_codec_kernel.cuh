@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "common/fp8.h"
+#include "kernels/fp8_codec.h"
 #include "kernels/internal/fp8_device.cuh"
 
 namespace kvtier::kernels::internal {
@@ -32,28 +34,57 @@ struct Fp8BlocksArgs {
   uint32_t head_dim;
 };
 
-// Grid (kv_heads, 2 * layers, num_blocks).
+// Flattens validated params (host code, shared by the launchers and the
+// CPU emulation of the kernels).
+inline Fp8BlocksArgs MakeFp8BlocksArgs(const Fp8BlocksParams& p) {
+  Fp8BlocksArgs args{};
+  args.src = static_cast<const char*>(p.src);
+  args.dst = static_cast<char*>(p.dst);
+  args.refused = p.refused;
+  args.src_stride = p.src_stride_bytes;
+  args.dst_stride = p.dst_stride_bytes;
+  args.value_bytes_fp8 = Fp8LayoutOf(p.layout, p.fp8).ValueBytes();
+  args.block_tokens = p.layout.block_tokens;
+  args.kv_heads = p.layout.kv_heads;
+  args.head_dim = p.layout.head_dim;
+  return args;
+}
+
+// The CTA's slice (grid (kv_heads, 2 * layers, num_blocks)): one head of one
+// layer's K or V of one block, block_tokens rows of head_dim values.
+struct Slice {
+  uint32_t block;
+  uint32_t n;             // values
+  uint64_t first;         // element index of its first value
+  uint64_t token_stride;  // kv_heads * head_dim
+  uint32_t head_dim;
+  uint64_t scale_index;  // its entry of the block's scale table
+
+  __device__ explicit Slice(const Fp8BlocksArgs& a)
+      : block(blockIdx.z),
+        n(a.block_tokens * a.head_dim),
+        first(uint64_t{blockIdx.y} * a.block_tokens * a.kv_heads * a.head_dim +
+              uint64_t{blockIdx.x} * a.head_dim),
+        token_stride(uint64_t{a.kv_heads} * a.head_dim),
+        head_dim(a.head_dim),
+        scale_index(uint64_t{blockIdx.y} * a.kv_heads + blockIdx.x) {}
+  // Element index of its i-th value.
+  __device__ uint64_t At(uint32_t i) const {
+    return first + (i / head_dim) * token_stride + i % head_dim;
+  }
+};
+
 template <typename T, typename Format>
 __global__ void QuantizeBlocksKernel(const Fp8BlocksArgs a) {
-  const uint32_t head = blockIdx.x;
-  const uint32_t slice = blockIdx.y;
-  const uint32_t block = blockIdx.z;
-  const uint32_t n = a.block_tokens * a.head_dim;
-  const uint64_t token_stride = uint64_t{a.kv_heads} * a.head_dim;
-  const uint64_t first =
-      uint64_t{slice} * a.block_tokens * token_stride + uint64_t{head} * a.head_dim;
-  const auto* in = reinterpret_cast<const uint16_t*>(a.src + block * a.src_stride);
-  auto* out = reinterpret_cast<uint8_t*>(a.dst + block * a.dst_stride);
-  const auto at = [&](uint32_t i) {
-    return first + (i / a.head_dim) * token_stride + i % a.head_dim;
-  };
+  const Slice sl(a);
+  const auto* in = reinterpret_cast<const uint16_t*>(a.src + sl.block * a.src_stride);
+  auto* out = reinterpret_cast<uint8_t*>(a.dst + sl.block * a.dst_stride);
 
   // The slice's largest magnitude, and whether anything is not finite
   // (1.0f), reduced over the warp and then the CTA.
   float amax = 0.0f, bad = 0.0f;
-  for (uint32_t i = threadIdx.x; i < n; i += kCodecThreads) {
-    const float x = Elem<T>::Lo(in[at(i)]);
-    const float mag = fabsf(x);
+  for (uint32_t i = threadIdx.x; i < sl.n; i += kCodecThreads) {
+    const float mag = fabsf(Elem<T>::Lo(in[sl.At(i)]));
     if (!(mag <= 3.4028235e38f)) bad = 1.0f;  // NaN or infinity
     amax = fmaxf(amax, mag);
   }
@@ -73,42 +104,33 @@ __global__ void QuantizeBlocksKernel(const Fp8BlocksArgs a) {
     bad = fmaxf(bad, s_bad[w]);
   }
   if (bad != 0.0f) {
-    if (threadIdx.x == 0) a.refused[block] = 1;
+    if (threadIdx.x == 0) a.refused[sl.block] = 1;
     return;
   }
   // As the host: at least 2^-126, so that the inverse is finite.
   const float scale = amax > 0.0f ? fmaxf(amax / Format::kMaxFinite, 1.17549435e-38f) : 1.0f;
   const float inv = 1.0f / scale;
-  if (threadIdx.x == 0) {
-    reinterpret_cast<float*>(out + a.value_bytes_fp8)[uint64_t{slice} * a.kv_heads + head] = scale;
-  }
-  for (uint32_t i = threadIdx.x; i < n; i += kCodecThreads) {
-    out[at(i)] = static_cast<uint8_t>(Format::Encode(Elem<T>::Lo(in[at(i)]) * inv));
+  if (threadIdx.x == 0) reinterpret_cast<float*>(out + a.value_bytes_fp8)[sl.scale_index] = scale;
+  for (uint32_t i = threadIdx.x; i < sl.n; i += kCodecThreads) {
+    const uint64_t e = sl.At(i);
+    out[e] = static_cast<uint8_t>(Format::Encode(Elem<T>::Lo(in[e]) * inv));
   }
 }
 
-// Grid (kv_heads, 2 * layers, num_blocks).
 template <typename T, typename Format>
 __global__ void DequantizeBlocksKernel(const Fp8BlocksArgs a) {
-  const uint32_t head = blockIdx.x;
-  const uint32_t slice = blockIdx.y;
-  const uint32_t block = blockIdx.z;
-  const uint32_t n = a.block_tokens * a.head_dim;
-  const uint64_t token_stride = uint64_t{a.kv_heads} * a.head_dim;
-  const uint64_t first =
-      uint64_t{slice} * a.block_tokens * token_stride + uint64_t{head} * a.head_dim;
-  const auto* in = reinterpret_cast<const uint8_t*>(a.src + block * a.src_stride);
-  auto* out = reinterpret_cast<uint16_t*>(a.dst + block * a.dst_stride);
-  const float scale =
-      reinterpret_cast<const float*>(in + a.value_bytes_fp8)[uint64_t{slice} * a.kv_heads + head];
+  const Slice sl(a);
+  const auto* in = reinterpret_cast<const uint8_t*>(a.src + sl.block * a.src_stride);
+  auto* out = reinterpret_cast<uint16_t*>(a.dst + sl.block * a.dst_stride);
+  const float scale = reinterpret_cast<const float*>(in + a.value_bytes_fp8)[sl.scale_index];
   if (!(scale > 0.0f && scale <= 3.4028235e38f)) {
-    if (threadIdx.x == 0) a.refused[block] = 1;
+    if (threadIdx.x == 0) a.refused[sl.block] = 1;
     return;
   }
-  for (uint32_t i = threadIdx.x; i < n; i += kCodecThreads) {
-    const uint64_t e = first + (i / a.head_dim) * token_stride + i % a.head_dim;
+  for (uint32_t i = threadIdx.x; i < sl.n; i += kCodecThreads) {
+    const uint64_t e = sl.At(i);
     const float v = Format::Decode(in[e]);
-    if (!(fabsf(v) <= 3.4028235e38f)) a.refused[block] = 1;
+    if (!(fabsf(v) <= 3.4028235e38f)) a.refused[sl.block] = 1;
     out[e] = Elem<T>::Narrow(v * scale);
   }
 }

@@ -173,16 +173,7 @@ TEST(EmulatedAttentionTest, Fp8BlocksMatchTheReference) {
 void EmulateFp8Blocks(const Fp8BlocksParams& p, bool quantize) {
   ASSERT_TRUE(ValidateFp8Blocks(p, quantize).ok());
   std::fill(p.refused, p.refused + p.num_blocks, uint8_t{0});  // the launcher's memset
-  internal::Fp8BlocksArgs args{};
-  args.src = static_cast<const char*>(p.src);
-  args.dst = static_cast<char*>(p.dst);
-  args.refused = p.refused;
-  args.src_stride = p.src_stride_bytes;
-  args.dst_stride = p.dst_stride_bytes;
-  args.value_bytes_fp8 = Fp8LayoutOf(p.layout, p.fp8).ValueBytes();
-  args.block_tokens = p.layout.block_tokens;
-  args.kv_heads = p.layout.kv_heads;
-  args.head_dim = p.layout.head_dim;
+  const internal::Fp8BlocksArgs args = internal::MakeFp8BlocksArgs(p);
   const bool fp16 = p.layout.dtype == DType::kFloat16, e4m3 = p.fp8 == DType::kFp8E4M3;
   const std::function<void()> kernel = [&args, quantize, fp16, e4m3] {
     using internal::Fp8E4M3;
