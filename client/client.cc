@@ -44,7 +44,8 @@ Status ValidateOptions(const ClientOptions& o) {
                                   std::to_string(protocol::kMaxStringBytes) + " bytes");
     }
   }
-  return o.layout.Validate().WithContext("ClientOptions::layout");
+  KVTIER_RETURN_IF_ERROR(o.layout.Validate().WithContext("ClientOptions::layout"));
+  return CheckQuantize(o.layout, o.quantize_lower);
 }
 
 std::string TierName(WireTier tier) {
@@ -86,6 +87,7 @@ Status Client::Hello() {
   req.salt = options_.salt;
   req.layout = options_.layout;
   req.client_name = options_.client_name;
+  req.quantize_lower = options_.quantize_lower;
   const uint64_t id = NextId();
   tx_.clear();
   protocol::EncodeHello(id, req, &tx_);

@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/fp8.h"
 #include "common/layout.h"
 #include "common/result.h"
 #include "prefix_index/block_key.h"
@@ -61,6 +62,11 @@ struct ClientOptions {
   Layout layout;
   // Shown in the daemon's logs and stats; free text.
   std::string client_name;
+  // Quantize on demote (docs/fp8.md): the daemon's ssd and remote tiers
+  // keep this namespace's blocks in that fp8 format, half the bytes, and
+  // restore them on the way up: lossy. fp16/bf16 layouts only. Every worker
+  // of a namespace must ask for the same. Default off (exact).
+  Quantize quantize_lower = Quantize::kOff;
   // Map the shared arenas (zero-copy Allocate/Acquire). false: the arenas'
   // descriptors are closed at once and only the inline PUT/GET and the
   // metadata calls work, for workers that cannot map shared memory.

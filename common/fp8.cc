@@ -409,6 +409,47 @@ Layout Fp8LayoutOf(const Layout& from, DType fp8) {
   return l;
 }
 
+std::string_view QuantizeName(Quantize q) {
+  switch (q) {
+    case Quantize::kOff:
+      return "off";
+    case Quantize::kFp8E4M3:
+      return "fp8_e4m3";
+    case Quantize::kFp8E5M2:
+      return "fp8_e5m2";
+  }
+  return "?";
+}
+
+bool ParseQuantize(std::string_view name, Quantize* out) {
+  for (Quantize q : {Quantize::kOff, Quantize::kFp8E4M3, Quantize::kFp8E5M2}) {
+    if (name == QuantizeName(q)) {
+      *out = q;
+      return true;
+    }
+  }
+  return false;
+}
+
+Status CheckQuantize(const Layout& layout, Quantize q) {
+  if (q == Quantize::kOff || Is16Bit(layout.dtype)) return Status::Ok();
+  return InvalidArgumentError("quantize_lower " + std::string(QuantizeName(q)) +
+                              " needs an fp16 or bf16 namespace; this one is " +
+                              std::string(DTypeName(layout.dtype)));
+}
+
+Layout StoredLayout(const Layout& layout, Quantize q) {
+  switch (q) {
+    case Quantize::kOff:
+      return layout;
+    case Quantize::kFp8E4M3:
+      return Fp8LayoutOf(layout, DType::kFp8E4M3);
+    case Quantize::kFp8E5M2:
+      return Fp8LayoutOf(layout, DType::kFp8E5M2);
+  }
+  return layout;
+}
+
 Status QuantizeBlock(const Layout& from, DType fp8, std::span<const std::byte> in,
                      std::span<std::byte> out) {
   if (!Is16Bit(from.dtype) || !IsFp8(fp8)) {

@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "common/layout.h"
 #include "common/status.h"
@@ -64,6 +65,22 @@ Status QuantizeBlock(const Layout& from, DType fp8, std::span<const std::byte> i
 // or wrong sizes; nothing meaningful is in `out` then.
 Status DequantizeBlock(const Layout& fp8_layout, DType to, std::span<const std::byte> in,
                        std::span<std::byte> out);
+
+// Quantize on demote (docs/fp8.md): how the lower tiers (ssd, remote) keep
+// the blocks of a 16-bit namespace. kOff keeps every byte as written;
+// kFp8E4M3 and kFp8E5M2 keep each block in that fp8 block format (half the
+// bytes, plus the scales) and restore it to the namespace's dtype when it
+// comes back up: lossy, within the format's half step per value.
+enum class Quantize : uint8_t { kOff = 0, kFp8E4M3 = 1, kFp8E5M2 = 2 };
+std::string_view QuantizeName(Quantize q);  // "off", "fp8_e4m3", "fp8_e5m2"
+// Parses QuantizeName()'s names; false if unknown.
+bool ParseQuantize(std::string_view name, Quantize* out);
+// Whether `q` may apply to blocks of `layout`: kOff always, fp8 only to
+// fp16 and bf16 layouts (InvalidArgument names the dtype otherwise).
+Status CheckQuantize(const Layout& layout, Quantize q);
+// The layout a block of `layout` is kept in under `q` (itself for kOff).
+// REQUIRES: CheckQuantize(layout, q) is OK.
+Layout StoredLayout(const Layout& layout, Quantize q);
 
 // Which code runs QuantizeBlock and DequantizeBlock: "avx2" (AVX2 + F16C,
 // chosen at run time where the CPU has them) or "scalar". Both give the

@@ -258,7 +258,7 @@ Status Service::Hello(SessionState& s, const FrameHeader& h, const protocol::Hel
             config_.max_namespaces, " (server.max_namespaces); attach with one of them"));
   }
   KVTIER_ASSIGN_OR_RETURN(const prefix_index::NamespaceId ns,
-                          engine_.AddNamespace({r.model, r.salt, r.layout}));
+                          engine_.AddNamespace({r.model, r.salt, r.layout, r.quantize_lower}));
   s.attached = true;
   s.ns = ns;
   s.block_bytes = r.layout.BlockBytes();

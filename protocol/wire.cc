@@ -115,6 +115,7 @@ void EncodeHello(uint64_t request_id, const HelloRequest& r, std::vector<std::by
   WriteString(w, r.salt);
   WriteLayout(w, r.layout);
   WriteString(w, r.client_name);
+  if (r.quantize_lower != Quantize::kOff) w.U8(static_cast<uint8_t>(r.quantize_lower));
   EndFrame(start, out);
 }
 

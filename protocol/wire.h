@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/fp8.h"
 #include "common/layout.h"
 #include "common/result.h"
 #include "prefix_index/block_key.h"
@@ -95,6 +96,10 @@ struct HelloRequest {
   std::string salt;
   Layout layout;
   std::string client_name;
+  // Quantize on demote for the namespace (docs/fp8.md). Optional on the
+  // wire: a trailing u8 sent only when not kOff, so a daemon from before it
+  // still takes every HELLO that does not ask for it.
+  Quantize quantize_lower = Quantize::kOff;
 };
 
 // LOOKUP, GET and REMOVE.

@@ -11,6 +11,18 @@ namespace kvtier::tiers {
 using prefix_index::EntryId;
 using prefix_index::kNoEntry;
 
+namespace {
+
+// The remote tier's name and layout for a namespace's blocks: those of the
+// form they are kept in, so nodes that keep a model's blocks in fp8 share
+// them among themselves, never with nodes that keep them as written.
+RemoteNamespace RemoteNamespaceOf(const NamespaceSpec& spec) {
+  const Layout stored = StoredLayout(spec.layout, spec.quantize_lower);
+  return {RemoteNamespaceId(spec.model, spec.salt, stored), stored};
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- handles
 
 Allocation::Allocation(Allocation&& other) noexcept
@@ -155,12 +167,24 @@ CacheEngine::~CacheEngine() {
 
 Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
   KVTIER_RETURN_IF_ERROR(spec.layout.Validate());
+  KVTIER_RETURN_IF_ERROR(CheckQuantize(spec.layout, spec.quantize_lower));
   for (size_t i = 0; i < namespaces_.size(); ++i) {
-    const NamespaceSpec& known = namespaces_[i];
+    NamespaceSpec& known = namespaces_[i];
     if (known.model != spec.model || known.salt != spec.salt) continue;
     if (known.layout != spec.layout) {
       return InvalidArgumentError("namespace '" + spec.model + "' is registered with layout " +
                                   known.layout.ToString() + ", not " + spec.layout.ToString());
+    }
+    if (!ns_decided_[i]) {  // restored from the ssd: the first worker decides
+      known.quantize_lower = spec.quantize_lower;
+      ns_decided_[i] = true;
+      remote_ns_[i] = RemoteNamespaceOf(known);
+    } else if (known.quantize_lower != spec.quantize_lower) {
+      return InvalidArgumentError(
+          "namespace '" + spec.model + "' keeps its lower tiers as quantize_lower " +
+          std::string(QuantizeName(known.quantize_lower)) + " (the first worker's choice), not " +
+          std::string(QuantizeName(spec.quantize_lower)) +
+          ": give every worker of a model the same setting");
     }
     return static_cast<NamespaceId>(i);
   }
@@ -179,7 +203,8 @@ Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
   namespaces_.push_back(spec);
   block_bytes_.push_back(bytes);
   tier_ns_.push_back(tier_ns);
-  remote_ns_.push_back({RemoteNamespaceId(spec.model, spec.salt, spec.layout), spec.layout});
+  ns_decided_.push_back(true);
+  remote_ns_.push_back(RemoteNamespaceOf(spec));
   return static_cast<NamespaceId>(namespaces_.size() - 1);
 }
 
@@ -492,10 +517,19 @@ Result<size_t> CacheEngine::Remove(NamespaceId ns, std::span<const BlockKey> key
 
 uint64_t CacheEngine::BlockBytes(EntryId id) const { return block_bytes_[index_.ns(id)]; }
 
+uint64_t CacheEngine::StoredBytes(NamespaceId ns, Quantize q) const {
+  return q == Quantize::kOff ? block_bytes_[ns] : StoredLayout(LayoutOf(ns), q).BlockBytes();
+}
+
+uint64_t CacheEngine::BytesInTier(EntryId id) const {
+  const Block& b = blocks_[id];
+  return b.tier == TierKind::kSsd ? StoredBytes(index_.ns(id), b.stored) : BlockBytes(id);
+}
+
 eviction::BlockMeta CacheEngine::MetaOf(EntryId id) const {
   const Block& b = blocks_[id];
   eviction::BlockMeta meta;
-  meta.size_bytes = BlockBytes(id);
+  meta.size_bytes = BytesInTier(id);
   meta.priority = b.priority;
   meta.priority_expires_at = b.priority_until;
   meta.pinned = b.pins > 0 || b.hinted;  // a hint protects as a pin does, until it yields
@@ -584,7 +618,11 @@ Status CacheEngine::Move(EntryId id, TierKind to) {
   const TierKind from = blocks_[id].tier;
   assert(blocks_[id].pins > 0 && from != to);
   const uint64_t bytes = BlockBytes(id);
-  KVTIER_ASSIGN_OR_RETURN(const SlotId slot, MakeRoom(to, bytes));
+  // A simulated ssd (replay) accounts a block in the form it would be kept
+  // in; a real one is io_bound and never moved here.
+  const Quantize form = to == TierKind::kSsd ? LowerForm(index_.ns(id)) : Quantize::kOff;
+  const uint64_t to_bytes = StoredBytes(index_.ns(id), form);
+  KVTIER_ASSIGN_OR_RETURN(const SlotId slot, MakeRoom(to, to_bytes));
 
   Tier& src = *tiers_[Index(from)];
   Tier& dst = *tiers_[Index(to)];
@@ -594,6 +632,8 @@ Status CacheEngine::Move(EntryId id, TierKind to) {
   Status copied;
   if (!src.holds_bytes() || !dst.holds_bytes()) {
     // A simulation: nothing to copy.
+  } else if (to_bytes != bytes || BytesInTier(id) != bytes) {
+    copied = FailedPreconditionError("a quantized block moves through the I/O path");
   } else if (!src_view.empty() && !dst_view.empty()) {
     std::memcpy(dst_view.data(), src_view.data(), bytes);
   } else if (!src_view.empty()) {
@@ -612,10 +652,11 @@ Status CacheEngine::Move(EntryId id, TierKind to) {
 
   Emit(BlockEvent::Kind::kRemoved, id, from);
   LeaveTier(id);
+  if (to == TierKind::kSsd) blocks_[id].stored = form;
   EnterTier(id, to, slot);
   Emit(BlockEvent::Kind::kStored, id, to);
   TierStats& in = stats_.tiers[Index(to)];
-  in.bytes_in += bytes;
+  in.bytes_in += to_bytes;
   if (Index(to) < Index(from)) {
     ++in.promotions_in;
   } else {

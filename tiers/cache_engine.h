@@ -55,6 +55,12 @@ struct NamespaceSpec {
   std::string model;  // model id, e.g. "meta-llama/Llama-3.1-8B"
   std::string salt;   // tenant or cache salt; "" for none
   Layout layout;
+  // Quantize on demote: how the ssd and remote tiers keep this namespace's
+  // blocks (common/fp8.h; lossy when not kOff, docs/fp8.md). The bytes are
+  // encoded and decoded on the I/O threads, never on the engine's; the ssd's
+  // checksums cover the stored form. Each block on the ssd keeps its own
+  // form, so changing this across restarts never misreads a block.
+  Quantize quantize_lower = Quantize::kOff;
 };
 
 struct EngineOptions {
@@ -177,6 +183,13 @@ struct EngineStats {
   // was full. Harmless: at a restart each either still points at its own
   // bytes (restored) or fails its checksum (a miss, dropped).
   uint64_t stale_records = 0;
+  // Quantize on demote (NamespaceSpec::quantize_lower).
+  uint64_t quantized_blocks = 0;    // blocks encoded to fp8 for the ssd or the remote tier
+  uint64_t dequantized_blocks = 0;  // blocks restored from fp8 on their way up
+  // Blocks holding NaN or infinity that no fp8 scale can keep: not written
+  // below (dropped when they leave memory, so recomputed), never stored
+  // as garbage.
+  uint64_t quantize_refused = 0;
   uint64_t demotions_dropped = 0;      // dropped instead of demoted (no room, queue full, paused)
   uint64_t moves_in_flight = 0;        // asynchronous moves not yet completed
   bool ssd_paused = false;             // admission to the ssd tier stopped after an error
@@ -437,6 +450,8 @@ class CacheEngine {
     bool hinted = false;      // protected by hints (hints_ has its owners)
     bool prefetched = false;  // read ahead by a hint (ssd, remote), not acquired since
     bool in_remote = false;   // written to (or read from) the remote tier: not written again
+    // The form of its ssd copy (the block on the ssd, or its shadow).
+    Quantize stored = Quantize::kOff;
   };
 
   // The hints protecting one block: each owner with its count of hints on
@@ -481,7 +496,17 @@ class CacheEngine {
   void TellReferences(NamespaceId ns, std::span<const BlockKey> keys);
   // A tier that blocks can be allocated in and acquired into.
   Status CheckTarget(TierKind kind) const;
+  // A block's bytes in memory (the namespace's layout).
   uint64_t BlockBytes(EntryId id) const;
+  // Its bytes in the ssd when kept in form `q`, and in the tier it is in.
+  uint64_t StoredBytes(NamespaceId ns, Quantize q) const;
+  uint64_t BytesInTier(EntryId id) const;
+  // The namespace's layout, and the fp8 form its blocks go down in.
+  const Layout& LayoutOf(NamespaceId ns) const { return namespaces_[ns].layout; }
+  Quantize LowerForm(NamespaceId ns) const { return namespaces_[ns].quantize_lower; }
+  // Quantize on demote's failures (on the engine's thread): a block that
+  // could not be encoded (NaN, infinity), or decoded (a corrupt stored block).
+  void QuantizeRefused(EntryId id, const Status& status);
   eviction::BlockMeta MetaOf(EntryId id) const;
   eviction::EvictionPolicy& PolicyOf(TierKind kind) { return *policies_[Index(kind)]; }
   BlockLocation LocationOf(EntryId id) const;
@@ -506,6 +531,9 @@ class CacheEngine {
   // cannot (no room, queue full, admission paused); the caller drops it.
   bool DemoteAsync(EntryId id, TierKind to);
   void OnDemoted(EntryId id, Status status);
+  // A copy of a block's bytes in memory, made now (demotions and writes to
+  // the ssd or the remote tier go from it, off the engine's thread).
+  Status CopyOut(EntryId id, std::shared_ptr<std::vector<std::byte>>* out);
   // Starts reading a block out of its io_bound tier into `to`, for the
   // pending acquire `waiter` (0: a hint's prefetch, which nobody waits
   // for). False when it cannot start.
@@ -593,6 +621,9 @@ class CacheEngine {
   std::vector<NamespaceSpec> namespaces_;     // indexed by NamespaceId
   std::vector<uint64_t> block_bytes_;         // indexed by NamespaceId
   std::vector<uint32_t> tier_ns_;             // the io_bound tier's id of each namespace
+  // False for a namespace restored from the ssd that no worker has attached
+  // to yet: the first AddNamespace for it sets its quantize_lower.
+  std::vector<bool> ns_decided_;
   prefix_index::PrefixIndex index_;
   std::vector<Block> blocks_;  // indexed by EntryId
   std::unordered_map<uint64_t, AllocationRecord> allocations_;
@@ -627,7 +658,7 @@ class CacheEngine {
     TimeNs last = INT64_MIN;
     uint64_t unreported = 0;
   };
-  LogLimit checksum_log_, io_log_, copy_log_;
+  LogLimit checksum_log_, io_log_, copy_log_, quantize_log_;
   void LogLimited(LogLimit& limit, const std::string& line);
   std::array<uint64_t, kNumTierKinds> pinned_in_tier_{};
   // Hints: per hinted block, its owners; the hinted blocks by expiry; how

@@ -48,10 +48,11 @@ Status CacheEngine::CheckInvariants() const {
     }
     if (children != b.children_in_tier) return fail(name + " children_in_tier");
     const size_t t = Index(b.tier);
-    used[t] += tiers_[t]->SlotBytes(BlockBytes(id));
+    used[t] += tiers_[t]->SlotBytes(BytesInTier(id));
     if (b.has_shadow) {
       if (b.tier == TierKind::kSsd) return fail(name + " on the ssd with a shadow");
-      used[Index(TierKind::kSsd)] += tiers_[Index(TierKind::kSsd)]->SlotBytes(BlockBytes(id));
+      used[Index(TierKind::kSsd)] +=
+          tiers_[Index(TierKind::kSsd)]->SlotBytes(StoredBytes(index_.ns(id), b.stored));
       ++shadows;
     }
     if (b.shadow_pending && (!b.has_shadow || b.pins == 0)) return fail(name + " shadow state");

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "tiers/cache_engine.h"
+#include "tiers/internal/lower_codec.h"
 
 namespace kvtier::tiers {
 
@@ -49,7 +50,11 @@ Result<size_t> CacheEngine::Recover() {
   for (size_t i : order) {
     const BlockInfo& info = stored[i].info;
     auto ns = NamespaceForTierId(info.ns);
-    if (!ns || block_bytes_[*ns] != info.block_bytes || index_.Find(*ns, info.key) != kNoEntry) {
+    // A block kept in a form its namespace cannot have, or of another
+    // size than that form's, is not the block its record names.
+    if (!ns || !CheckQuantize(LayoutOf(*ns), info.quantize).ok() ||
+        StoredBytes(*ns, info.quantize) != info.block_bytes ||
+        index_.Find(*ns, info.key) != kNoEntry) {
       ssd->Free(stored[i].slot);
       ssd->ForgetBlock(info).IgnoreError();
       continue;
@@ -69,6 +74,7 @@ Result<size_t> CacheEngine::Recover() {
     blocks_[id].state = State::kReady;
     blocks_[id].priority = info.priority;
     blocks_[id].checksum = info.checksum;
+    blocks_[id].stored = info.quantize;
     EnterTier(id, TierKind::kSsd, stored[i].slot);
     index_.SetVisible(id, true);
     Emit(BlockEvent::Kind::kStored, id, TierKind::kSsd);
@@ -95,7 +101,10 @@ std::optional<NamespaceId> CacheEngine::NamespaceForTierId(uint32_t tier_ns) {
                                   const Layout& layout) -> Status {
        if (id != tier_ns || found) return Status::Ok();
        auto added = AddNamespace({model, salt, layout});
-       if (added) found = *added;
+       if (added) {
+         found = *added;
+         ns_decided_[*added] = false;  // the first worker to attach sets quantize_lower
+       }
        return Status::Ok();
      })
       .IgnoreError();
@@ -165,10 +174,17 @@ bool CacheEngine::StartPromotion(EntryId id, TierKind to, uint64_t waiter) {
     const std::span<std::byte> view = dst->HostView(*slot, bytes);
     // A read from disk lands in host-addressable memory; a GPU target is
     // reached through the host tier (ACQUIRE of the device promotes host
-    // blocks; a disk block goes to the host first).
+    // blocks; a disk block goes to the host first). A quantized block is
+    // read into the I/O thread's scratch and restored from there.
     queued = !view.empty() &&
              io_->Submit(
-                 [src, from, info = InfoOf(id), view] { return src->ReadBlock(from, info, view); },
+                 [src, from, info = InfoOf(id), view, layout = LayoutOf(index_.ns(id))]() {
+                   if (info.quantize == Quantize::kOff) return src->ReadBlock(from, info, view);
+                   const std::span<std::byte> stored = internal::ThreadScratch(info.block_bytes);
+                   if (stored.empty()) return ResourceExhaustedError("no memory to read a block");
+                   KVTIER_RETURN_IF_ERROR(src->ReadBlock(from, info, stored));
+                   return internal::DecodeStored(layout, info.quantize, stored, view);
+                 },
                  [this, id](Status status) { OnPromoted(id, std::move(status)); });
   }
   if (!queued) {
@@ -192,6 +208,7 @@ void CacheEngine::OnPromoted(EntryId id, Status status) {
     const uint64_t bytes = BlockBytes(id);
     const SlotId on_disk = blocks_[id].slot;
     const bool keep_shadow = write_through_ && !p.upload;
+    if (!p.upload && blocks_[id].stored != Quantize::kOff) ++stats_.dequantized_blocks;
     Emit(BlockEvent::Kind::kRemoved, id, blocks_[id].tier);
     LeaveTier(id, /*free_slot=*/!keep_shadow);
     EnterTier(id, p.to, p.slot);
@@ -250,32 +267,36 @@ bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
     return true;
   }
   if (clock_.Now() < ssd_paused_until_) return false;
-  const uint64_t bytes = BlockBytes(id);
+  const Quantize form = LowerForm(index_.ns(id));
+  const uint64_t stored_bytes = StoredBytes(index_.ns(id), form);
   Pin(id);  // making room below must not pick it (nor its removal drop it)
-  Result<SlotId> slot = MakeRoom(to, bytes);
+  Result<SlotId> slot = MakeRoom(to, stored_bytes);
   if (!slot) {
     Unpin(id);
     return false;
   }
   // Copy the block out now, so its slot is free for whoever needed room;
-  // the write goes from the copy, and the block is invisible until it lands.
-  Tier& src = *tiers_[Index(blocks_[id].tier)];
-  auto copy = std::make_shared<std::vector<std::byte>>(bytes);
-  const std::span<std::byte> view = src.HostView(blocks_[id].slot, bytes);
-  Status read = view.empty() ? src.Read(blocks_[id].slot, *copy) : Status::Ok();
-  if (!view.empty()) std::memcpy(copy->data(), view.data(), bytes);
+  // the write goes from the copy (encoded on the I/O thread when the
+  // namespace quantizes), and the block is invisible until it lands.
+  std::shared_ptr<std::vector<std::byte>> copy;
+  const Status read = CopyOut(id, &copy);
+  blocks_[id].stored = form;
   Tier* dst = tiers_[Index(to)].get();
   auto checksum = std::make_shared<uint64_t>(0);
   const bool queued =
-      read.ok() && io_->Submit(
-                       [dst, s = *slot, info = InfoOf(id), copy, checksum]() -> Status {
-                         KVTIER_ASSIGN_OR_RETURN(*checksum, dst->WriteBlock(s, info, *copy));
-                         return Status::Ok();
-                       },
-                       [this, id, checksum](Status status) {
-                         blocks_[id].checksum = *checksum;
-                         OnDemoted(id, std::move(status));
-                       });
+      read.ok() &&
+      io_->Submit(
+          [dst, s = *slot, info = InfoOf(id), copy, checksum,
+           layout = LayoutOf(index_.ns(id))]() -> Status {
+            KVTIER_ASSIGN_OR_RETURN(const std::span<const std::byte> stored,
+                                    internal::EncodeStored(layout, info.quantize, *copy));
+            KVTIER_ASSIGN_OR_RETURN(*checksum, dst->WriteBlock(s, info, stored));
+            return Status::Ok();
+          },
+          [this, id, checksum](Status status) {
+            blocks_[id].checksum = *checksum;
+            OnDemoted(id, std::move(status));
+          });
   if (!queued) {
     tiers_[Index(to)]->Free(*slot);
     Unpin(id);
@@ -288,14 +309,25 @@ bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
   index_.SetVisible(id, false);
   ++moves_in_flight_;
   TierStats& in = stats_.tiers[Index(to)];
-  in.bytes_in += bytes;
+  in.bytes_in += stored_bytes;
   ++in.demotions_in;
   return true;
+}
+
+Status CacheEngine::CopyOut(EntryId id, std::shared_ptr<std::vector<std::byte>>* out) {
+  const uint64_t bytes = BlockBytes(id);
+  Tier& src = *tiers_[Index(blocks_[id].tier)];
+  *out = std::make_shared<std::vector<std::byte>>(bytes);
+  const std::span<std::byte> view = src.HostView(blocks_[id].slot, bytes);
+  if (view.empty()) return src.Read(blocks_[id].slot, **out);
+  std::memcpy((*out)->data(), view.data(), bytes);
+  return Status::Ok();
 }
 
 void CacheEngine::OnDemoted(EntryId id, Status status) {
   --moves_in_flight_;
   Block& b = blocks_[id];
+  if (status.ok() && b.stored != Quantize::kOff) ++stats_.quantized_blocks;
   if (b.state == State::kArriving && status.ok()) {
     b.state = State::kReady;
     index_.SetVisible(id, true);
@@ -303,8 +335,13 @@ void CacheEngine::OnDemoted(EntryId id, Status status) {
   }
   if (!status.ok()) {
     // The bytes did not land: the block is gone; stop writing to a disk
-    // that fails until the pause ends.
-    IoFailed(status, /*pause=*/true);
+    // that fails until the pause ends (a block fp8 cannot hold is no
+    // fault of the disk's).
+    if (status.code() == StatusCode::kInvalidArgument) {
+      QuantizeRefused(id, status);
+    } else {
+      IoFailed(status, /*pause=*/true);
+    }
     b.state = State::kDoomed;
     index_.SetVisible(id, false);
   }
@@ -317,10 +354,18 @@ BlockInfo CacheEngine::InfoOf(EntryId id) const {
   info.key = index_.key(id);
   const EntryId parent = index_.parent(id);
   if (parent != kNoEntry) info.parent = index_.key(parent);
-  info.block_bytes = BlockBytes(id);
+  info.block_bytes = StoredBytes(index_.ns(id), blocks_[id].stored);
   info.priority = blocks_[id].priority;
   info.checksum = blocks_[id].checksum;
+  info.quantize = blocks_[id].stored;
   return info;
+}
+
+void CacheEngine::QuantizeRefused(EntryId id, const Status& status) {
+  ++stats_.quantize_refused;
+  LogLimited(quantize_log_,
+             "block " + index_.key(id).ToHex() + " of '" + namespaces_[index_.ns(id)].model +
+                 "' was not kept below memory (quantize_lower): " + status.ToString());
 }
 
 void CacheEngine::IoFailed(const Status& status, bool pause) {
@@ -355,29 +400,31 @@ void CacheEngine::LogLimited(LogLimit& limit, const std::string& line) {
 void CacheEngine::StartShadow(EntryId id) {
   Tier* ssd = tier(TierKind::kSsd);
   if (blocks_[id].has_shadow || blocks_[id].tier == TierKind::kSsd) return;
-  const uint64_t bytes = BlockBytes(id);
+  const Quantize form = LowerForm(index_.ns(id));
   Result<SlotId> slot = clock_.Now() < ssd_paused_until_
                             ? Result<SlotId>(UnavailableError("paused"))
-                            : MakeRoom(TierKind::kSsd, bytes);
+                            : MakeRoom(TierKind::kSsd, StoredBytes(index_.ns(id), form));
   if (!slot) {
     ++stats_.write_through_skipped;
     return;
   }
-  Tier& src = *tiers_[Index(blocks_[id].tier)];
-  auto copy = std::make_shared<std::vector<std::byte>>(bytes);
-  const std::span<std::byte> view = src.HostView(blocks_[id].slot, bytes);
-  Status read = view.empty() ? src.Read(blocks_[id].slot, *copy) : Status::Ok();
-  if (!view.empty()) std::memcpy(copy->data(), view.data(), bytes);
+  std::shared_ptr<std::vector<std::byte>> copy;
+  const Status read = CopyOut(id, &copy);
+  blocks_[id].stored = form;
   auto checksum = std::make_shared<uint64_t>(0);
   const bool queued =
-      read.ok() && io_->Submit(
-                       [ssd, s = *slot, info = InfoOf(id), copy, checksum]() -> Status {
-                         KVTIER_ASSIGN_OR_RETURN(*checksum, ssd->WriteBlock(s, info, *copy));
-                         return Status::Ok();
-                       },
-                       [this, id, checksum](Status status) {
-                         OnShadowWritten(id, std::move(status), *checksum);
-                       });
+      read.ok() &&
+      io_->Submit(
+          [ssd, s = *slot, info = InfoOf(id), copy, checksum,
+           layout = LayoutOf(index_.ns(id))]() -> Status {
+            KVTIER_ASSIGN_OR_RETURN(const std::span<const std::byte> stored,
+                                    internal::EncodeStored(layout, info.quantize, *copy));
+            KVTIER_ASSIGN_OR_RETURN(*checksum, ssd->WriteBlock(s, info, stored));
+            return Status::Ok();
+          },
+          [this, id, checksum](Status status) {
+            OnShadowWritten(id, std::move(status), *checksum);
+          });
   if (!queued) {
     ssd->Free(*slot);
     ++stats_.write_through_skipped;
@@ -398,8 +445,13 @@ void CacheEngine::OnShadowWritten(EntryId id, Status status, uint64_t checksum) 
   b.shadow_pending = false;
   if (status.ok()) {
     b.checksum = checksum;
+    if (b.stored != Quantize::kOff) ++stats_.quantized_blocks;
   } else {
-    IoFailed(status, /*pause=*/true);
+    if (status.code() == StatusCode::kInvalidArgument) {
+      QuantizeRefused(id, status);  // stays in memory, without a shadow
+    } else {
+      IoFailed(status, /*pause=*/true);
+    }
     FreeShadow(id);
   }
   Unpin(id);

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "tiers/cache_engine.h"
+#include "tiers/internal/lower_codec.h"
 
 namespace kvtier::tiers {
 
@@ -139,13 +140,33 @@ void CacheEngine::ReadRemote(NamespaceId ns, Chain chain, size_t from, size_t co
   for (size_t i = 0; i < allocated; ++i) outs->push_back(alloc->Bytes(i));
   auto pending = std::make_shared<Allocation>(std::move(*alloc));
   auto read = std::make_shared<size_t>(0);
+  auto restored = std::make_shared<Status>();
   auto callback = std::make_shared<std::function<void(size_t)>>(std::move(then));
   const bool queued = SubmitRemote(
-      [r = remote_.get(), rns = remote_ns_[ns], chain, from, allocated, outs, read] {
-        *read = r->ReadLeading(rns, std::span(*chain).subspan(from, allocated), *outs);
+      [r = remote_.get(), rns = remote_ns_[ns], layout = LayoutOf(ns), q = LowerForm(ns), chain,
+       from, allocated, outs, read, restored] {
+        const std::span<const BlockKey> keys = std::span(*chain).subspan(from, allocated);
+        if (q == Quantize::kOff) {
+          *read = r->ReadLeading(rns, keys, *outs);
+          return Status::Ok();
+        }
+        // Kept in fp8: read into scratch, then restore each into its slot.
+        const uint64_t stored_bytes = rns.layout.BlockBytes();
+        const std::span<std::byte> scratch = internal::ThreadScratch(allocated * stored_bytes);
+        if (scratch.empty()) return Status::Ok();
+        std::vector<std::span<std::byte>> stored(allocated);
+        for (size_t i = 0; i < allocated; ++i) {
+          stored[i] = scratch.subspan(i * stored_bytes, stored_bytes);
+        }
+        const size_t got = r->ReadLeading(rns, keys, stored);
+        for (size_t i = 0; i < got; ++i) {
+          *restored = internal::DecodeStored(layout, q, stored[i], (*outs)[i]);
+          if (!restored->ok()) break;
+          ++*read;
+        }
         return Status::Ok();
       },
-      [this, ns, pending, read, callback](const Status&) {
+      [this, ns, pending, read, restored, callback](const Status&) {
         // Keep what was read and verified; the rest of the slots go back.
         AllocationRecord& rec = allocations_.at(pending->id());
         for (size_t i = rec.pending.size(); i-- > *read;) {
@@ -157,6 +178,14 @@ void CacheEngine::ReadRemote(NamespaceId ns, Chain chain, size_t from, size_t co
         }
         rec.pending.resize(*read);
         for (EntryId e : rec.pending) blocks_[e].in_remote = true;
+        if (!restored->ok()) {
+          ++stats_.checksum_failures;
+          LogLimited(checksum_log_,
+                     "a block read from the remote tier failed to decode; not "
+                     "served: " +
+                         restored->ToString());
+        }
+        if (LowerForm(ns) != Quantize::kOff) stats_.dequantized_blocks += *read;
         stats_.remote_fetched_blocks += *read;
         TierStats& host = stats_.tiers[Index(TierKind::kHost)];
         host.promotions_in += *read;
@@ -177,14 +206,9 @@ void CacheEngine::ReadRemote(NamespaceId ns, Chain chain, size_t from, size_t co
 void CacheEngine::WriteRemote(EntryId id) {
   Block& b = blocks_[id];
   if (b.in_remote || b.state != State::kReady) return;
-  Tier& src = *tiers_[Index(b.tier)];
-  if (!src.holds_bytes()) return;
-  const uint64_t bytes = BlockBytes(id);
-  auto copy = std::make_shared<std::vector<std::byte>>(bytes);
-  const std::span<std::byte> view = src.HostView(b.slot, bytes);
-  if (!view.empty()) {
-    std::memcpy(copy->data(), view.data(), bytes);
-  } else if (!src.Read(b.slot, *copy).ok()) {
+  if (!tiers_[Index(b.tier)]->holds_bytes()) return;
+  std::shared_ptr<std::vector<std::byte>> copy;
+  if (!CopyOut(id, &copy).ok()) {
     ++stats_.remote_write_dropped;
     return;
   }
@@ -194,12 +218,26 @@ void CacheEngine::WriteRemote(EntryId id) {
   std::optional<BlockKey> parent_key;
   if (parent != kNoEntry) parent_key = index_.key(parent);
   const bool queued = SubmitRemote(
-      [r = remote_.get(), rns = remote_ns_[ns], key, copy] { return r->Write(rns, key, *copy); },
+      [r = remote_.get(), rns = remote_ns_[ns], layout = LayoutOf(ns), q = LowerForm(ns), key,
+       copy]() -> Status {
+        KVTIER_ASSIGN_OR_RETURN(const std::span<const std::byte> stored,
+                                internal::EncodeStored(layout, q, *copy));
+        return r->Write(rns, key, stored);
+      },
       [this, ns, key, parent_key](const Status& s) {
         if (!s.ok()) {
           ++stats_.remote_write_dropped;
+          // A block fp8 cannot hold (NaN, infinity).
+          if (s.code() == StatusCode::kInvalidArgument) {
+            ++stats_.quantize_refused;
+            LogLimited(quantize_log_, "block " + key.ToHex() +
+                                          " was not written to the remote "
+                                          "tier (quantize_lower): " +
+                                          s.ToString());
+          }
           return;
         }
+        if (LowerForm(ns) != Quantize::kOff) ++stats_.quantized_blocks;
         ++stats_.remote_written_blocks;
         if (record_events_) {
           if (events_.empty() && events_ready_) events_ready_();

@@ -95,6 +95,7 @@ class SsdTier final : public Tier {
       info.block_bytes = r.block_bytes;
       info.priority = r.priority;
       info.checksum = r.checksum;
+      info.quantize = r.quantize;
       return fn(info, static_cast<SlotId>(r.slot.page));
     });
     if (!scanned) return scanned.status();
@@ -119,6 +120,7 @@ class SsdTier final : public Tier {
     if (info.parent) r.parent = *info.parent;
     r.slot = SsdSlot{AlignUp(block_bytes, internal::kBlockFileAlignment), slot};
     r.priority = info.priority;
+    r.quantize = info.quantize;
     return r;
   }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/fp8.h"
 #include "common/layout.h"
 #include "common/result.h"
 #include "common/units.h"
@@ -44,6 +45,9 @@ struct BlockInfo {
   // What WriteBlock returned for the block (the ssd tier's checksum); passed
   // back to ReadBlock, which verifies the bytes against it.
   uint64_t checksum = 0;
+  // The form the bytes are in (quantize on demote): block_bytes is that
+  // form's size. The tier keeps the mark; the engine encodes and decodes.
+  Quantize quantize = Quantize::kOff;
 };
 
 // Identifies a slot inside one tier. For arena tiers it is the slot's first

@@ -38,6 +38,10 @@ void AddConnectFlags(CLI::App* app, ConnectFlags* f) {
       ->capture_default_str();
   app->add_option("--block-tokens", f->block_tokens, "layout: tokens per block")
       ->capture_default_str();
+  app->add_option("--quantize-lower", f->quantize_lower,
+                  "keep the namespace's blocks in the ssd and remote tiers as off | fp8_e4m3 | "
+                  "fp8_e5m2 (lossy; docs/fp8.md)")
+      ->capture_default_str();
   app->add_option("--timeout-ms", f->timeout_ms, "longest wait for the daemon, 0 = forever")
       ->capture_default_str();
 }
@@ -61,6 +65,10 @@ Result<std::unique_ptr<client::Client>> Connect(const ConnectFlags& f, bool map_
   o.layout.kv_heads = f.kv_heads;
   o.layout.head_dim = f.head_dim;
   o.layout.block_tokens = f.block_tokens;
+  if (!ParseQuantize(f.quantize_lower, &o.quantize_lower)) {
+    return InvalidArgumentError("unknown --quantize-lower '" + f.quantize_lower +
+                                "': expected off, fp8_e4m3 or fp8_e5m2");
+  }
   auto c = client::Client::Connect(o);
   if (c.ok()) return c;
   // Turn "kvtierd at P: cannot connect: E" into the line an operator wants.

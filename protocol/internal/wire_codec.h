@@ -231,7 +231,14 @@ inline Status DecodeHelloBody(ByteReader& r, HelloRequest* m) {
   KVTIER_RETURN_IF_ERROR(ReadString(r, "model", &m->model));
   KVTIER_RETURN_IF_ERROR(ReadString(r, "salt", &m->salt));
   KVTIER_RETURN_IF_ERROR(ReadLayout(r, &m->layout));
-  return ReadString(r, "client_name", &m->client_name);
+  KVTIER_RETURN_IF_ERROR(ReadString(r, "client_name", &m->client_name));
+  if (r.remaining() == 0) return Status::Ok();  // quantize_lower: off
+  KVTIER_RETURN_IF_ERROR(
+      ReadEnum(r, "quantize_lower", static_cast<uint8_t>(Quantize::kFp8E5M2), &m->quantize_lower));
+  if (m->quantize_lower == Quantize::kOff) {
+    return InvalidArgumentError("quantize_lower 0 (off) is sent by leaving the field out");
+  }
+  return CheckQuantize(m->layout, m->quantize_lower);
 }
 
 inline Status DecodeAllocateBody(ByteReader& r, uint32_t max_keys, AllocateRequest* m) {

@@ -79,6 +79,8 @@ class PrefixCache:
         DEVICE for a model on the daemon's GPU.
     client: an attached :class:`kvtier.Client` to use instead (its layout must
         be this model's).
+    quantize_lower: "fp8_e4m3" or "fp8_e5m2" to have kvtierd keep these
+        blocks in its ssd and remote tiers in fp8 (lossy; "off" by default).
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class PrefixCache:
         tier: Tier = Tier.HOST,
         timeout_ms: int = 0,
         client: Optional[Client] = None,
+        quantize_lower: str = "off",
     ) -> None:
         self.model: Any = model
         self.layout = model_layout(model, block_tokens)
@@ -106,7 +109,7 @@ class PrefixCache:
                 f"{name}|{lo.dtype}|{lo.layers}x{lo.kv_heads}x{lo.head_dim}|{lo.block_tokens}"
             )
             client = Client(namespace, lo, socket=socket, salt=salt, timeout_ms=timeout_ms,
-                            client_name="kvtier.hf")
+                            client_name="kvtier.hf", quantize_lower=quantize_lower)
         elif client.layout != self.layout:
             raise ValueError(f"the client's layout {client.layout} is not the model's {self.layout}")
         self.client = client

@@ -46,6 +46,11 @@ Settings, in ``kv_connector_extra_config`` (all optional):
     The longest wait for kvtierd per call (default 5000).
 ``retry_interval_s``
     How often to try kvtierd again while it is unreachable (default 1).
+``quantize_lower``
+    ``"off"`` (default), ``"fp8_e4m3"`` or ``"fp8_e5m2"``: kvtierd keeps this
+    model's blocks in its SSD and remote tiers in that fp8 format (half the
+    bytes; lossy, restored to the KV dtype when loaded back; fp16/bf16 KV
+    caches only). Every worker of a model must use the same.
 
 The namespace is the model id, the KV dtype and layout (layers, KV heads,
 head size, block tokens, the attention backend's block format) and, with
@@ -98,11 +103,13 @@ class Settings:
     block_tokens: int = 0
     timeout_ms: int = 5000
     retry_interval_s: float = 1.0
+    quantize_lower: str = "off"
 
     @staticmethod
     def from_extra_config(extra: dict[str, Any]) -> "Settings":
         known = {"socket", "salt", "model_id", "tier", "retention_priority",
-                 "retention_duration_ms", "block_tokens", "timeout_ms", "retry_interval_s"}
+                 "retention_duration_ms", "block_tokens", "timeout_ms", "retry_interval_s",
+                 "quantize_lower"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"kvtier.vllm: unknown setting(s) {unknown} in "
@@ -123,6 +130,10 @@ class Settings:
         s.block_tokens = int(extra.get("block_tokens", 0))
         s.timeout_ms = int(extra.get("timeout_ms", 5000))
         s.retry_interval_s = float(extra.get("retry_interval_s", 1.0))
+        s.quantize_lower = str(extra.get("quantize_lower", "off"))
+        if s.quantize_lower not in ("off", "fp8_e4m3", "fp8_e5m2"):
+            raise ValueError("kvtier.vllm: quantize_lower must be 'off', 'fp8_e4m3' or "
+                             f"'fp8_e5m2', not {s.quantize_lower!r}")
         return s
 
 
@@ -239,7 +250,8 @@ class _Connection:
                 self._client = Client(self.model_id, self.layout, socket=self.settings.socket,
                                       salt=self.settings.salt, client_name=self.name,
                                       timeout_ms=self.settings.timeout_ms,
-                                      map_arenas=self.map_arenas)
+                                      map_arenas=self.map_arenas,
+                                      quantize_lower=self.settings.quantize_lower)
             except LayoutError as e:
                 logger.error("kvtier: kvtierd refuses this worker's layout (%s); the connector "
                              "stays off for 10 minutes", e)

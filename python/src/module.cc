@@ -50,6 +50,7 @@ void CheckOptions(const client::ClientOptions& o) {
     }
   }
   if (s.ok()) s = o.layout.Validate();
+  if (s.ok()) s = CheckQuantize(o.layout, o.quantize_lower);
   if (!s.ok()) Throw(s);
 }
 
@@ -62,7 +63,7 @@ class PyClient {
  public:
   PyClient(std::string model, const Layout& layout, std::optional<std::string> socket,
            std::string salt, std::string client_name, uint32_t timeout_ms, bool map_arenas,
-           uint32_t busy_poll_us) {
+           uint32_t busy_poll_us, const std::string& quantize_lower) {
     options_.socket_path = socket.value_or(DefaultSocket());
     options_.model = std::move(model);
     options_.salt = std::move(salt);
@@ -71,6 +72,10 @@ class PyClient {
     options_.io_timeout_ms = timeout_ms;
     options_.map_arenas = map_arenas;
     options_.busy_poll_us = busy_poll_us;
+    if (!ParseQuantize(quantize_lower, &options_.quantize_lower)) {
+      Throw(InvalidArgumentError("quantize_lower must be 'off', 'fp8_e4m3' or 'fp8_e5m2', not '" +
+                                 quantize_lower + "'"));
+    }
     CheckOptions(options_);
     Result<std::unique_ptr<client::Client>> c = [&] {
       nb::gil_scoped_release nogil;
@@ -265,16 +270,21 @@ Use it as a context manager, or call close(). The session ends when the
 client is closed and no lease, write or view of a slot made through it is
 alive any more.)")
       .def(nb::init<std::string, const Layout&, std::optional<std::string>, std::string,
-                    std::string, uint32_t, bool, uint32_t>(),
+                    std::string, uint32_t, bool, uint32_t, const std::string&>(),
            nb::arg("model"), nb::arg("layout"), nb::kw_only(), nb::arg("socket") = nb::none(),
            nb::arg("salt") = "", nb::arg("client_name") = "python", nb::arg("timeout_ms") = 0,
            nb::arg("map_arenas") = true, nb::arg("busy_poll_us") = 50,
+           nb::arg("quantize_lower") = "off",
            R"(Connects to kvtierd and attaches to the namespace (model, salt, layout).
 
 socket: kvtierd's Unix socket; default $KVTIER_SOCKET, else /run/kvtier/kvtierd.sock.
 timeout_ms: longest wait for the daemon per request, 0 = forever.
 map_arenas: False for a client that only looks up, puts and gets inline.
 busy_poll_us: poll this long for a reply before sleeping (lower latency, more CPU).
+quantize_lower: "fp8_e4m3" or "fp8_e5m2" to have kvtierd keep this namespace's
+  blocks in its ssd and remote tiers in that fp8 format (half the bytes; lossy,
+  restored to the layout's dtype on the way up; fp16/bf16 only); "off" (exact).
+  Every worker of a namespace must ask for the same.
 
 Raises kvtier.UnavailableError when the daemon cannot be reached,
 kvtier.LayoutError when it refuses the layout, kvtier.InvalidArgumentError

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <map>
 
 #include "engine_test_util.h"
+#include "quantize_test_util.h"
 #include "redis_harness.h"
 #include "tiers/cache_engine.h"
 #include "tiers/internal/redis_cluster.h"
@@ -44,7 +46,8 @@ class RemoteEngineTest : public ::testing::Test {
   void SetUp() override { ASSERT_NE(redis_, nullptr); }
 
   std::unique_ptr<Node> MakeNode(uint64_t host_blocks, bool write_through = false,
-                                 bool events = false) {
+                                 bool events = false, Layout layout = SmallLayout(),
+                                 Quantize quantize_lower = Quantize::kOff) {
     auto node = std::make_unique<Node>();
     RemoteTierOptions ro;
     ro.seeds = redis_->seeds();
@@ -53,7 +56,8 @@ class RemoteEngineTest : public ::testing::Test {
         std::string("t-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     auto remote = NewRemoteTier(ro, std::vector<std::byte>(32, std::byte{5}));
     EXPECT_TRUE(remote.ok()) << remote.status().ToString();
-    auto host = NewHostTier({host_blocks * kBlock, 16 * kBlock, false});
+    const uint64_t block = AlignUp(layout.BlockBytes(), kBlock);
+    auto host = NewHostTier({host_blocks * block, 16 * block, false});
     EXPECT_TRUE(host.ok());
     EngineOptions o;
     o.remote_io = &node->remote_io;
@@ -63,7 +67,7 @@ class RemoteEngineTest : public ::testing::Test {
                                       std::move(remote).value());
     EXPECT_TRUE(engine.ok()) << engine.status().ToString();
     node->engine = std::move(engine).value();
-    node->ns = *node->engine->AddNamespace({"model", "", SmallLayout()});
+    node->ns = *node->engine->AddNamespace({"model", "", layout, quantize_lower});
     return node;
   }
 
@@ -129,6 +133,45 @@ TEST_F(RemoteEngineTest, WriteBackPublishesWhatLeavesTheHostAndAnotherNodeReadsI
   EXPECT_EQ(local.tiers, std::vector<TierKind>(4, TierKind::kHost));
   EXPECT_EQ(c->engine->Stats().remote_fetched_blocks, 4u);
   EXPECT_TRUE(c->engine->CheckInvariants().ok());
+}
+
+TEST_F(RemoteEngineTest, QuantizedNodesShareFp8BlocksAndNeverWithExactOnes) {
+  const Layout l = testing::ValueLayout(DType::kBFloat16);
+  const Quantize q = Quantize::kFp8E4M3;
+  auto a = MakeNode(4, false, false, l, q);
+  const std::vector<BlockKey> keys = Chain(1, 4);
+  std::map<BlockKey, std::vector<std::byte>> originals;
+  for (const auto& chain : {keys, Chain(2, 4)}) {  // the second pushes the first out
+    auto alloc = a->engine->Allocate(a->ns, std::nullopt, chain, TierKind::kHost);
+    ASSERT_TRUE(alloc.ok());
+    for (size_t i = 0; i < chain.size(); ++i) {
+      testing::FillValues(alloc->Bytes(i), l, chain[i]);
+      originals[chain[i]].assign(alloc->Bytes(i).begin(), alloc->Bytes(i).end());
+    }
+    ASSERT_TRUE(alloc->Commit().ok());
+    a->Settle();
+  }
+  EngineStats sa = a->engine->Stats();
+  EXPECT_EQ(sa.remote_written_blocks, 4u);
+  EXPECT_EQ(sa.quantized_blocks, 4u);
+  EXPECT_EQ(sa.remote.bytes_written, 4 * StoredLayout(l, q).BlockBytes());  // half, plus scales
+
+  // A node that keeps the model in fp8 too reads them, within the bound.
+  auto b = MakeNode(16, false, false, l, q);
+  size_t got = 0;
+  b->engine->AcquireAsync(b->ns, keys, TierKind::kHost, [&](Result<Lease> lease) {
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    got = lease->size();
+    for (size_t i = 0; i < lease->size(); ++i) {
+      EXPECT_TRUE(testing::WithinFp8Bound(originals[keys[i]], lease->Bytes(i), l, q)) << i;
+    }
+  });
+  b->Settle();
+  EXPECT_EQ(got, 4u);
+  EXPECT_EQ(b->engine->Stats().dequantized_blocks, 4u);
+  // One that keeps it exact never sees them: they are not its blocks.
+  auto exact = MakeNode(16, false, false, l, Quantize::kOff);
+  EXPECT_EQ(LookUp(*exact, keys).hits, 0u);
 }
 
 TEST_F(RemoteEngineTest, AHintReadsAheadWhatOnlyTheClusterHoldsAndProtectsIt) {

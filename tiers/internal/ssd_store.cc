@@ -30,7 +30,9 @@ constexpr char kFormatFile[] = "FORMAT";
 constexpr char kSecretFile[] = "secret";
 constexpr char kKeysFile[] = "keys";
 constexpr char kIndexDir[] = "index";
-constexpr uint8_t kRecordVersion = 1;
+// Version 2 adds the block's stored form (Quantize) after version 1's
+// fields; a version 1 record is a block kept as written.
+constexpr uint8_t kRecordVersion = 2;
 constexpr uint8_t kNamespaceVersion = 1;
 constexpr char kRecordPrefix = 'b';
 constexpr char kNamespacePrefix = 'n';
@@ -128,7 +130,7 @@ std::string NamespaceKey(uint32_t id) {
 
 std::string EncodeRecord(const SsdRecord& r) {
   std::string v;
-  v.reserve(87);
+  v.reserve(88);
   PutLE(v, kRecordVersion, 1);
   PutLE(v, r.ns_id, 4);
   PutLE(v, r.key.hi, 8);
@@ -143,6 +145,7 @@ std::string EncodeRecord(const SsdRecord& r) {
   PutLE(v, r.priority, 1);
   PutLE(v, static_cast<uint64_t>(r.created_ns), 8);
   PutLE(v, static_cast<uint64_t>(r.last_access_ns), 8);
+  PutLE(v, static_cast<uint8_t>(r.quantize), 1);
   return v;
 }
 
@@ -152,7 +155,8 @@ bool ValidSlotBytes(uint64_t slot_bytes) {
 
 bool DecodeRecord(std::string_view key, std::string_view value, SsdRecord* r) {
   Reader in(value);
-  if (in.LE(1) != kRecordVersion) return false;
+  const uint64_t version = in.LE(1);
+  if (version != 1 && version != kRecordVersion) return false;
   r->ns_id = static_cast<NamespaceId>(in.LE(4));
   r->key.hi = in.LE(8);
   r->key.lo = in.LE(8);
@@ -167,7 +171,10 @@ bool DecodeRecord(std::string_view key, std::string_view value, SsdRecord* r) {
   r->priority = static_cast<uint8_t>(in.LE(1));
   r->created_ns = static_cast<int64_t>(in.LE(8));
   r->last_access_ns = static_cast<int64_t>(in.LE(8));
-  return in.done() && has_parent <= 1 && ValidSlotBytes(r->slot.slot_bytes) && r->block_bytes > 0 &&
+  const uint64_t quantize = version == 1 ? 0 : in.LE(1);
+  r->quantize = static_cast<Quantize>(quantize);
+  return in.done() && has_parent <= 1 && quantize <= static_cast<uint8_t>(Quantize::kFp8E5M2) &&
+         ValidSlotBytes(r->slot.slot_bytes) && r->block_bytes > 0 &&
          r->block_bytes <= r->slot.slot_bytes && key == RecordKey(r->ns_id, r->key);
 }
 

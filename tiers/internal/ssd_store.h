@@ -58,6 +58,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/fp8.h"
 #include "common/layout.h"
 #include "common/result.h"
 #include "common/status.h"
@@ -138,6 +139,9 @@ struct SsdRecord {
   uint8_t priority = 0;
   int64_t created_ns = 0;  // ns since the Unix epoch
   int64_t last_access_ns = 0;
+  // How the payload holds the block: as written, or quantized to fp8 (the
+  // engine's quantize on demote; the store only keeps the mark).
+  Quantize quantize = Quantize::kOff;
 
   friend bool operator==(const SsdRecord&, const SsdRecord&) = default;
 };
