@@ -12,7 +12,8 @@ include(CMakePackageConfigHelpers)
 
 set(KVTIER_CLIENT_MODULES client protocol prefix_index common)
 set(KVTIER_CLIENT_HEADERS
-    client/client.h client/kvtier_c.h client/cuda_ipc.h common/layout.h common/result.h common/status.h
+    client/client.h client/kvtier_c.h client/cuda_ipc.h common/fp8.h common/layout.h common/result.h
+    common/status.h
     prefix_index/block_key.h prefix_index/key_hasher.h protocol/wire.h)
 
 foreach(mod IN LISTS KVTIER_CLIENT_MODULES)

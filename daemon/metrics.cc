@@ -295,6 +295,15 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
   f.Scalar("kvtier_ssd_stale_records_total", kCounter,
            "SSD index records left behind because the I/O queue was full (harmless)",
            static_cast<double>(e.stale_records));
+  f.Scalar("kvtier_quantized_blocks_total", kCounter,
+           "Blocks encoded to fp8 on their way to the SSD or the remote tier (quantize_lower)",
+           static_cast<double>(e.quantized_blocks));
+  f.Scalar("kvtier_dequantized_blocks_total", kCounter,
+           "Blocks restored from fp8 on their way up from the SSD or the remote tier",
+           static_cast<double>(e.dequantized_blocks));
+  f.Scalar("kvtier_quantize_refused_total", kCounter,
+           "Blocks holding NaN or infinity, not kept below memory (quantize_lower)",
+           static_cast<double>(e.quantize_refused));
   f.Scalar("kvtier_ssd_shadow_blocks", kGauge,
            "Write-through copies on the SSD of blocks that live in memory",
            static_cast<double>(e.shadow_blocks));
@@ -311,9 +320,10 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
                  "How the protection of hinted blocks ended: used (acquired while protected), "
                  "expired, yielded (a write needed the room), withdrawn (by the worker, its "
                  "session's end, or the block removed)");
-  f.Scalar("kvtier_prefetched_blocks_total", kCounter,
-           "Hinted blocks read from the SSD or the remote tier into the host ahead of their request",
-           static_cast<double>(e.prefetched_blocks));
+  f.Scalar(
+      "kvtier_prefetched_blocks_total", kCounter,
+      "Hinted blocks read from the SSD or the remote tier into the host ahead of their request",
+      static_cast<double>(e.prefetched_blocks));
   f.Scalar("kvtier_prefetched_used_blocks_total", kCounter,
            "Prefetched blocks acquired afterwards (the prefetch saved the request a disk read)",
            static_cast<double>(e.prefetched_used));
@@ -469,6 +479,9 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
   add("checksum_failures", st.checksum_failures);
   add("io_errors", st.io_errors);
   add("stale_records", st.stale_records);
+  add("quantized_blocks", st.quantized_blocks);
+  add("dequantized_blocks", st.dequantized_blocks);
+  add("quantize_refused", st.quantize_refused);
   add("demotions_dropped", st.demotions_dropped);
   add("moves_in_flight", st.moves_in_flight);
   add("ssd_paused", st.ssd_paused ? 1 : 0);

@@ -234,6 +234,7 @@ std::string FormatJson(const std::vector<SimResult>& results) {
                         {"promotions", r.promotions},
                         {"blocks_moved", r.blocks_moved},
                         {"bytes_moved", r.bytes_moved},
+                        {"quantize_lower", std::string(QuantizeName(r.quantize_lower))},
                         {"refs_per_second", r.refs_per_second()}};
     if (r.adaptive) {
       nlohmann::json candidates = nlohmann::json::object();

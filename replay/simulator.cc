@@ -63,17 +63,31 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
                                  const ProgressFn& progress) {
   tiers::EngineOptions options;
   options.device_policy = options.host_policy = options.ssd_policy = c.policy;
+  // Plain runs count slots of one page; with quantize_lower, real bytes: an
+  // fp16 block of block_bytes (one layer and head, as wide as it takes),
+  // whose fp8 form the ssd keeps.
+  Layout layout{1, 1, 1, DType::kFloat16, trace.block_tokens};
+  uint64_t slot = kSlot;
+  if (c.quantize_lower != Quantize::kOff) {
+    const uint64_t per_dim = 4ULL * trace.block_tokens;  // K and V, 2 bytes each, per token
+    if (c.block_bytes % per_dim != 0 || c.block_bytes / per_dim > UINT32_MAX) {
+      return InvalidArgumentError("with quantize_lower, the block bytes (" +
+                                  std::to_string(c.block_bytes) + ") must be a multiple of " +
+                                  std::to_string(per_dim) + " (an fp16 block of " +
+                                  std::to_string(trace.block_tokens) + " tokens)");
+    }
+    layout.head_dim = static_cast<uint32_t>(c.block_bytes / per_dim);
+    slot = AlignUp(c.block_bytes, tiers::kSlotPageBytes);
+  }
   auto engine = tiers::CacheEngine::Create(
       options,
-      c.device_blocks ? tiers::NewMetadataTier(TierKind::kDevice, c.device_blocks * kSlot)
-                      : nullptr,
-      tiers::NewMetadataTier(TierKind::kHost, c.host_blocks * kSlot),
-      c.ssd_blocks ? tiers::NewMetadataTier(TierKind::kSsd, c.ssd_blocks * kSlot) : nullptr);
+      c.device_blocks ? tiers::NewMetadataTier(TierKind::kDevice, c.device_blocks * slot) : nullptr,
+      tiers::NewMetadataTier(TierKind::kHost, c.host_blocks * slot),
+      c.ssd_blocks ? tiers::NewMetadataTier(TierKind::kSsd, c.ssd_blocks * slot) : nullptr);
   if (!engine) return engine.status();
   tiers::CacheEngine& e = **engine;
-  const Layout layout{1, 1, 1, DType::kFloat16, trace.block_tokens};
   KVTIER_ASSIGN_OR_RETURN(const prefix_index::NamespaceId ns,
-                          e.AddNamespace({"replay", "", layout}));
+                          e.AddNamespace({"replay", "", layout, c.quantize_lower}));
 
   SimResult out;
   std::vector<BlockKey> keys;
@@ -145,6 +159,7 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
   for (const tiers::TierStats& t : st.tiers) {
     out.demotions += t.demotions_in;
     out.promotions += t.promotions_in;
+    out.bytes_moved += t.bytes_in;
   }
   out.blocks_moved = out.demotions + out.promotions;
   out.adaptive = st.tiers[static_cast<size_t>(TierKind::kHost)].adaptive;
@@ -305,6 +320,9 @@ Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
   if (lookahead && config.policy == "opt") {
     return InvalidArgumentError("opt takes no lookahead: it knows the whole trace already");
   }
+  if (config.quantize_lower != Quantize::kOff && config.policy == "opt") {
+    return InvalidArgumentError("opt takes no quantize_lower: it has one pool, not tiers");
+  }
   Result<SimResult> r = config.policy == "opt" ? SimulateOpt(trace, config, progress)
                                                : SimulateEngine(trace, config, progress);
   if (!r) return r;
@@ -322,7 +340,11 @@ Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
   r->host_blocks = config.host_blocks;
   r->ssd_blocks = config.ssd_blocks;
   r->capacity_blocks = r->device_blocks + r->host_blocks + r->ssd_blocks;
-  r->bytes_moved = r->blocks_moved * config.block_bytes;
+  r->quantize_lower = config.quantize_lower;
+  // Plain runs: every move copies a whole block. Quantized ones counted
+  // what each move copied (an ssd block in its fp8 form).
+  if (config.quantize_lower == Quantize::kOff)
+    r->bytes_moved = r->blocks_moved * config.block_bytes;
   return r;
 }
 

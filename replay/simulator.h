@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fp8.h"
 #include "common/result.h"
 #include "eviction/eviction_policy.h"
 #include "replay/trace.h"
@@ -26,6 +27,15 @@ struct SimConfig {
   // Bytes per block, for the bytes-moved figures only (the simulation holds
   // no bytes). Default 2 MiB: a 16-token block of an 8B GQA model.
   uint64_t block_bytes = 2 << 20;
+  // Quantize on demote (tiers::NamespaceSpec::quantize_lower): the ssd
+  // keeps blocks in that fp8 form. The run then accounts real bytes: every
+  // tier holds its capacity in blocks x block_bytes (4 KiB-rounded slots),
+  // and a block on the ssd takes its fp8 size (half, plus its scales,
+  // rounded to 4 KiB), so the ssd holds nearly twice the blocks; the bytes
+  // moved are those each move copies. REQUIRES with it: block_bytes a
+  // multiple of 4 x the trace's block_tokens (an fp16 block). Engine
+  // policies only ("opt" has one pool and no tiers).
+  Quantize quantize_lower = Quantize::kOff;
   // Also count the textbook per-block hits (SimResult::per_block_hits).
   // That count is of the policy alone, without hints: lookahead leaves it
   // unchanged.
@@ -57,7 +67,10 @@ struct SimResult {
   uint64_t demotions = 0;
   uint64_t promotions = 0;
   uint64_t blocks_moved = 0;
-  uint64_t bytes_moved = 0;  // blocks_moved x SimConfig::block_bytes
+  // Bytes the moves copied: blocks_moved x SimConfig::block_bytes, or with
+  // quantize_lower each block in the form it moved in.
+  uint64_t bytes_moved = 0;
+  Quantize quantize_lower = Quantize::kOff;  // SimConfig's
   // CPU seconds of the simulating thread (time the machine gave to other
   // work left out, so that runs compare on a shared machine).
   double seconds = 0;

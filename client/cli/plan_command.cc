@@ -12,9 +12,11 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "client/cli/cli_common.h"
 #include "client/cli/commands.h"
+#include "common/fp8.h"
 #include "common/layout.h"
 #include "daemon/config.h"
 
@@ -29,6 +31,7 @@ struct PlanOptions {
   ConnectFlags conn;  // --socket, for --daemon
   uint32_t layers = 0, kv_heads = 0, head_dim = 0, block_tokens = 16;
   std::string dtype = "fp16";
+  std::string quantize_lower = "fp8_e4m3";  // the form the "with" columns show
   std::string device_capacity, host_capacity, ssd_capacity;
   std::string config;
   bool daemon = false;
@@ -174,28 +177,59 @@ int RunPlan(const PlanOptions& o) {
                 Decimal3(static_cast<double>(kMaxBlockBytes)).c_str());
   }
 
+  // Quantize on demote: the ssd keeps blocks in fp8 (values + scales), so
+  // it holds more of them; memory tiers are unchanged. Shown beside the
+  // plain figures for a 16-bit layout.
+  Quantize q = Quantize::kOff;
+  if (!ParseQuantize(o.quantize_lower, &q)) {
+    return Fail(InvalidArgumentError("unknown --quantize-lower '" + o.quantize_lower +
+                                     "': expected off, fp8_e4m3 or fp8_e5m2"));
+  }
+  const bool with_q = q != Quantize::kOff && CheckQuantize(layout, q).ok();
+  const uint64_t stored_block = with_q ? StoredLayout(layout, q).BlockBytes() : per_block;
+  const uint64_t stored_slot = AlignUp(stored_block, kSlotAlign);
+  const std::string q_name(QuantizeName(q));
+  if (with_q) {
+    std::printf(
+        "KV per block on the ssd with quantize_lower %s: %s (%s bytes, %s with slot "
+        "padding; lossy, docs/fp8.md)\n",
+        q_name.c_str(), Decimal3(static_cast<double>(stored_block)).c_str(),
+        Int(stored_block).c_str(), Int(stored_slot).c_str());
+  }
+
   // Per tier, and cumulatively from the fastest: a prefix fills the fast
   // tiers first and its tail is demoted down.
   std::printf("\ntiers (from %s):\n", source.c_str());
-  std::printf("  %-7s %12s %12s %14s %14s\n", "tier", "capacity", "blocks", "tokens", "cumulative");
-  std::vector<uint64_t> cumulative_blocks;
+  std::printf("  %-7s %12s %12s %14s %14s", "tier", "capacity", "blocks", "tokens", "cumulative");
+  if (with_q) std::printf("   %s: %12s %14s", q_name.c_str(), "blocks", "cumulative");
+  std::printf("\n");
+  std::vector<uint64_t> cumulative_blocks, cumulative_q;
   std::vector<std::string> cumulative_names;
-  uint64_t total_blocks = 0;
+  uint64_t total_blocks = 0, total_q = 0;
   std::string names;
   for (const TierPlan& t : *tiers) {
     if (!t.present) {
       std::printf("  %-7s %12s\n", t.name, "off");
       continue;
     }
+    const bool ssd = std::string_view(t.name) == "ssd";
     const uint64_t blocks = t.capacity / slot;
+    const uint64_t blocks_q = ssd ? t.capacity / stored_slot : blocks;
     total_blocks += blocks;
+    total_q += blocks_q;
     names += (names.empty() ? "" : "+") + std::string(t.name);
     cumulative_blocks.push_back(total_blocks);
+    cumulative_q.push_back(total_q);
     cumulative_names.push_back(names);
-    std::printf("  %-7s %12s %12s %14s %14s\n", t.name,
+    std::printf("  %-7s %12s %12s %14s %14s", t.name,
                 Decimal1(static_cast<double>(t.capacity)).c_str(), Int(blocks).c_str(),
                 Int(blocks * layout.block_tokens).c_str(),
                 Int(total_blocks * layout.block_tokens).c_str());
+    if (with_q) {
+      std::printf("   %*s  %12s %14s", static_cast<int>(q_name.size()), "", Int(blocks_q).c_str(),
+                  Int(total_q * layout.block_tokens).c_str());
+    }
+    std::printf("\n");
   }
   std::printf("longest context that fits: %s tokens (all tiers)",
               Int(total_blocks * layout.block_tokens).c_str());
@@ -203,22 +237,29 @@ int RunPlan(const PlanOptions& o) {
     std::printf(", %s in %s alone", Int(cumulative_blocks.front() * layout.block_tokens).c_str(),
                 cumulative_names.front().c_str());
   }
+  if (with_q) {
+    std::printf("; %s tokens with quantize_lower %s", Int(total_q * layout.block_tokens).c_str(),
+                q_name.c_str());
+  }
   std::printf("\n\ncontext lengths:\n");
-  std::printf("  %-10s %12s %12s  %s\n", "tokens", "KV memory", "blocks", "fits in");
+  std::printf("  %-10s %12s %12s  %-22s", "tokens", "KV memory", "blocks", "fits in");
+  if (with_q) std::printf("  with %s", q_name.c_str());
+  std::printf("\n");
+  auto fits_in = [&](uint64_t blocks, const std::vector<uint64_t>& cumulative) {
+    for (size_t i = 0; i < cumulative.size(); ++i) {
+      if (blocks <= cumulative[i]) return cumulative_names[i];
+    }
+    return std::string("does not fit");
+  };
   for (uint64_t tokens : contexts) {
     // Memory of the context itself; only full blocks are cached, the
     // partial last block is recomputed.
     const uint64_t blocks = tokens / layout.block_tokens;
-    std::string fits = "does not fit";
-    for (size_t i = 0; i < cumulative_blocks.size(); ++i) {
-      if (blocks <= cumulative_blocks[i]) {
-        fits = cumulative_names[i];
-        break;
-      }
-    }
-    std::printf("  %-10s %12s %12s  %s\n", Int(tokens).c_str(),
+    std::printf("  %-10s %12s %12s  %-22s", Int(tokens).c_str(),
                 Decimal1(static_cast<double>(tokens) * static_cast<double>(per_token)).c_str(),
-                Int(blocks).c_str(), fits.c_str());
+                Int(blocks).c_str(), fits_in(blocks, cumulative_blocks).c_str());
+    if (with_q) std::printf("  %s", fits_in(blocks, cumulative_q).c_str());
+    std::printf("\n");
   }
   return 0;
 }
@@ -235,6 +276,10 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
   sub->add_option("--dtype", o->dtype, "layout: fp16 | bf16 | fp32 | fp8_e4m3 | fp8_e5m2")
       ->capture_default_str();
   sub->add_option("--block-tokens", o->block_tokens, "layout: tokens per block")
+      ->capture_default_str();
+  sub->add_option("--quantize-lower", o->quantize_lower,
+                  "also show the ssd kept in this fp8 form: fp8_e4m3 | fp8_e5m2 | off (16-bit "
+                  "layouts)")
       ->capture_default_str();
   sub->add_option("--device-capacity", o->device_capacity,
                   "device tier bytes (e.g. 80GB), 0 = off");

@@ -30,6 +30,7 @@ struct ReplayOptions {
   uint64_t device_blocks = 0;
   uint64_t ssd_blocks = 0;
   uint64_t block_bytes = 2 << 20;
+  std::string quantize_lower = "off";
   std::string json, csv, plot;
   bool quiet = false;
   bool per_block = false;
@@ -150,6 +151,20 @@ int Run(const ReplayOptions& o) {
     std::fprintf(stderr, "kvtier replay: %s\n", std::string(trace.status().message()).c_str());
     return 1;
   }
+  Quantize quantize = Quantize::kOff;
+  if (!ParseQuantize(o.quantize_lower, &quantize)) {
+    std::fprintf(stderr,
+                 "kvtier replay: --quantize-lower: \"%s\" is not off, fp8_e4m3 or "
+                 "fp8_e5m2\n",
+                 o.quantize_lower.c_str());
+    return 2;
+  }
+  if (o.live && quantize != Quantize::kOff) {
+    std::fprintf(stderr,
+                 "kvtier replay: --live checks every byte it reads back, and "
+                 "--quantize-lower is lossy: simulate it instead (without --live)\n");
+    return 2;
+  }
   if (o.live) {
     LiveOptions live = o.live_options;
     live.quiet = o.quiet;
@@ -160,6 +175,9 @@ int Run(const ReplayOptions& o) {
   if (o.traces.size() > 1) {
     files = "; " + std::to_string(o.traces.size()) + " files " +
             (concat ? "one after another (--combine concat)" : "interleaved by time");
+  }
+  if (quantize != Quantize::kOff) {
+    files += "; ssd blocks kept in " + std::string(QuantizeName(quantize)) + " (opt without it)";
   }
   std::fprintf(stderr, "replaying %zu requests, %llu block references (%u tokens/block%s)\n",
                trace->requests.size(), static_cast<unsigned long long>(trace->block_refs),
@@ -180,6 +198,7 @@ int Run(const ReplayOptions& o) {
         c.device_blocks = o.device_blocks;
         c.ssd_blocks = o.ssd_blocks;
         c.block_bytes = o.block_bytes;
+        if (policy != "opt") c.quantize_lower = quantize;
         c.lookahead_requests = ahead.requests;
         c.lookahead_seconds = ahead.seconds;
         // The textbook count has no hints: the plain run's says it all.
@@ -254,6 +273,12 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
   cmd->add_option("--block-bytes", o->block_bytes,
                   "bytes per block, for the bytes-moved figures (with --live: the bytes "
                   "written) [2 MiB; --live: 16 KiB]");
+  cmd->add_option("--quantize-lower", o->quantize_lower,
+                  "keep ssd blocks in fp8: off | fp8_e4m3 | fp8_e5m2. Simulated: the ssd holds "
+                  "--ssd-blocks x --block-bytes of fp8 blocks (nearly twice the blocks) and the "
+                  "bytes moved count each block as it moves (opt runs without it); --live: the "
+                  "namespace's setting [off]")
+      ->capture_default_str();
   cmd->add_option("--json", o->json, "write one record per policy and capacity");
   cmd->add_option("--csv", o->csv, "write the table as CSV");
   cmd->add_option("--plot", o->plot, "write an SVG plot: token hit rate against capacity");

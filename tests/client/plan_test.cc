@@ -75,6 +75,30 @@ TEST(CapacityPlanTest, TierCapacitiesGiveBlocksTokensAndTheContextThatFits) {
   EXPECT_TRUE(Has(Row(o.text, "4,000"), "does not fit")) << o.text;
 }
 
+TEST(CapacityPlanTest, QuantizeLowerNearlyDoublesWhatTheSsdHolds) {
+  // fp8 on the ssd: 2,621,440 bytes of values + 5,120 of scales (80 layers
+  // x K,V x 8 heads x 4 bytes) = 2,626,560, a 2,629,632-byte slot. 10 GB
+  // holds 3,802 of them against 1,907 blocks of 5,242,880 bytes.
+  const Output o = RunPlan(std::string(k70B) +
+                           " --kv-heads 8 --host-capacity 1GB --ssd-capacity 10GB"
+                           " --device-capacity 0 --tokens 30k,50k");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_TRUE(Has(o.text, "with quantize_lower fp8_e4m3: 2.63 MB (2,626,560 bytes, 2,629,632"))
+      << o.text;
+  EXPECT_TRUE(Has(o.text, "longest context that fits: 33,552 tokens (all tiers)")) << o.text;
+  EXPECT_TRUE(Has(o.text, "; 63,872 tokens with quantize_lower fp8_e4m3")) << o.text;
+  EXPECT_TRUE(Has(Row(o.text, "30,000"), "host+ssd")) << o.text;
+  const std::string row = Row(o.text, "50,000");
+  EXPECT_TRUE(Has(row, "does not fit") && Has(row, "host+ssd")) << o.text;
+  // Off, or a layout fp8 cannot apply to, shows the plain figures only.
+  const Output off = RunPlan(std::string(k70B) + " --kv-heads 8 --quantize-lower off");
+  ASSERT_EQ(off.exit_code, 0) << off.text;
+  EXPECT_FALSE(Has(off.text, "quantize_lower")) << off.text;
+  const Output bad = RunPlan(std::string(k70B) + " --kv-heads 8 --quantize-lower fp4");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(Has(bad.text, "unknown --quantize-lower 'fp4'")) << bad.text;
+}
+
 TEST(CapacityPlanTest, CapacitiesComeFromAKvtierdConfigFile) {
   char tmpl[] = "/tmp/kvtier-plan-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);

@@ -137,6 +137,44 @@ TEST(WireRequest, HelloRoundTrip) {
   EXPECT_EQ(got.client_name, in.client_name);
 }
 
+TEST(WireRequest, HelloCarriesQuantizeLowerOnlyWhenAskedFor) {
+  HelloRequest in = TestHello();
+  Bytes off, on;
+  EncodeHello(1, in, &off);
+  in.quantize_lower = Quantize::kFp8E5M2;
+  EncodeHello(1, in, &on);
+  // Off is the field left out: a HELLO exactly as before it existed.
+  EXPECT_EQ(on.size(), off.size() + 1);
+  EXPECT_EQ(DecodeAs<HelloRequest>(off).quantize_lower, Quantize::kOff);
+  EXPECT_EQ(DecodeAs<HelloRequest>(on).quantize_lower, Quantize::kFp8E5M2);
+  // An unknown value, an explicit 0, a layout fp8 cannot apply to, or a
+  // byte after the field: each refused, named.
+  auto refused = [](Bytes frame, std::string_view why) {
+    Frame f = Split(frame);
+    auto r = DecodeRequest(f.h, f.payload, kMaxKeys);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(why), std::string_view::npos) << r.status().ToString();
+  };
+  Bytes bad = on;
+  bad.back() = std::byte{3};
+  refused(bad, "unknown quantize_lower 3");
+  bad.back() = std::byte{0};
+  refused(bad, "quantize_lower 0 (off)");
+  HelloRequest fp32 = in;
+  fp32.layout.dtype = DType::kFloat32;
+  Bytes wide;
+  EncodeHello(1, fp32, &wide);
+  refused(wide, "needs an fp16 or bf16 namespace");
+  Frame f = Split(on);
+  FrameHeader h = f.h;
+  h.payload_bytes += 1;
+  Bytes payload(f.payload.begin(), f.payload.end());
+  payload.push_back(std::byte{1});
+  auto r = DecodeRequest(h, payload, kMaxKeys);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("1 trailing bytes"), std::string_view::npos);
+}
+
 TEST(WireRequest, HelloEmptyAndMaximalStrings) {
   HelloRequest in = TestHello();
   in.model = "";
@@ -309,6 +347,8 @@ TEST(WireRequest, TrailingGarbageRejected) {
     ASSERT_FALSE(r.ok()) << OpcodeName(h.opcode);
     if (h.opcode == Opcode::kPut) {
       EXPECT_NE(r.status().message().find("data of"), std::string_view::npos);
+    } else if (h.opcode == Opcode::kHello) {  // a byte there is the optional quantize_lower
+      EXPECT_NE(r.status().message().find("quantize_lower 0"), std::string_view::npos);
     } else {
       EXPECT_NE(r.status().message().find("1 trailing bytes"), std::string_view::npos)
           << r.status().ToString();

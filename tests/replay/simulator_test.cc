@@ -91,6 +91,41 @@ TEST(SimulatorTest, MoreCapacityNeverHurtsLruAndTiersAddUp) {
   EXPECT_EQ(with_ssd->bytes_moved, with_ssd->blocks_moved * (2u << 20));
 }
 
+TEST(SimulatorTest, QuantizeLowerFitsNearlyTwiceTheBlocksOnTheSsdAndMovesFewerBytes) {
+  const Trace trace = Load({kTraces + "/mooncake_synthetic_trace.jsonl"});
+  ASSERT_FALSE(trace.requests.empty());
+  SimConfig plain;
+  plain.host_blocks = 4000;
+  plain.ssd_blocks = 4000;
+  SimConfig quantized = plain;
+  quantized.quantize_lower = Quantize::kFp8E4M3;
+  auto p = Simulate(trace, plain);
+  auto q = Simulate(trace, quantized);
+  ASSERT_TRUE(p.ok() && q.ok()) << q.status().ToString();
+  EXPECT_GT(q->block_hit_rate(), p->block_hit_rate());
+  // 4000 blocks of 2 MiB on the ssd are 7968 fp8 blocks: 1 MiB of values
+  // and 8 bytes of scales (this 1-layer, 1-head block), a 1 MiB + 4 KiB
+  // slot. LRU decides by recency alone, so the run is the plain one with
+  // that many ssd blocks, hit for hit and move for move...
+  SimConfig wide = plain;
+  wide.ssd_blocks = (4000ULL << 21) / ((1ULL << 20) + 4096);
+  ASSERT_EQ(wide.ssd_blocks, 7968u);
+  auto w = Simulate(trace, wide);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(q->block_hits, w->block_hits);
+  EXPECT_EQ(q->hits_per_tier[2], w->hits_per_tier[2]);
+  EXPECT_EQ(q->demotions, w->demotions);
+  EXPECT_EQ(q->promotions, w->promotions);
+  // ...except for the bytes: each block goes down at its fp8 size and comes
+  // back up whole.
+  EXPECT_EQ(q->bytes_moved, q->demotions * ((1ULL << 20) + 8) + q->promotions * (2ULL << 20));
+  EXPECT_LT(q->bytes_moved, w->bytes_moved);
+  // opt has no tiers to keep in fp8.
+  SimConfig opt = quantized;
+  opt.policy = "opt";
+  EXPECT_EQ(Simulate(trace, opt).status().code(), StatusCode::kInvalidArgument);
+}
+
 // A request longer than the cache: the prefix cache keeps its head and hits
 // it; textbook per-block LRU cycles through it and never hits; Belady's MIN
 // keeps one block of it.
