@@ -180,10 +180,13 @@ bool CacheEngine::StartPromotion(EntryId id, TierKind to, uint64_t waiter) {
              io_->Submit(
                  [src, from, info = InfoOf(id), view, layout = LayoutOf(index_.ns(id))]() {
                    if (info.quantize == Quantize::kOff) return src->ReadBlock(from, info, view);
-                   const std::span<std::byte> stored = internal::ThreadScratch(info.block_bytes);
+                   // Read padded to the slot's 4 KiB: one direct I/O.
+                   const std::span<std::byte> stored =
+                       internal::ThreadScratch(AlignUp(info.block_bytes, kSlotPageBytes));
                    if (stored.empty()) return ResourceExhaustedError("no memory to read a block");
                    KVTIER_RETURN_IF_ERROR(src->ReadBlock(from, info, stored));
-                   return internal::DecodeStored(layout, info.quantize, stored, view);
+                   return internal::DecodeStored(layout, info.quantize,
+                                                 stored.first(info.block_bytes), view);
                  },
                  [this, id](Status status) { OnPromoted(id, std::move(status)); });
   }
@@ -288,8 +291,11 @@ bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
       io_->Submit(
           [dst, s = *slot, info = InfoOf(id), copy, checksum,
            layout = LayoutOf(index_.ns(id))]() -> Status {
-            KVTIER_ASSIGN_OR_RETURN(const std::span<const std::byte> stored,
+            KVTIER_ASSIGN_OR_RETURN(std::span<const std::byte> stored,
                                     internal::EncodeStored(layout, info.quantize, *copy));
+            if (info.quantize != Quantize::kOff) {  // padded: one direct I/O
+              stored = {stored.data(), AlignUp(stored.size(), kSlotPageBytes)};
+            }
             KVTIER_ASSIGN_OR_RETURN(*checksum, dst->WriteBlock(s, info, stored));
             return Status::Ok();
           },
@@ -417,8 +423,11 @@ void CacheEngine::StartShadow(EntryId id) {
       io_->Submit(
           [ssd, s = *slot, info = InfoOf(id), copy, checksum,
            layout = LayoutOf(index_.ns(id))]() -> Status {
-            KVTIER_ASSIGN_OR_RETURN(const std::span<const std::byte> stored,
+            KVTIER_ASSIGN_OR_RETURN(std::span<const std::byte> stored,
                                     internal::EncodeStored(layout, info.quantize, *copy));
+            if (info.quantize != Quantize::kOff) {  // padded: one direct I/O
+              stored = {stored.data(), AlignUp(stored.size(), kSlotPageBytes)};
+            }
             KVTIER_ASSIGN_OR_RETURN(*checksum, ssd->WriteBlock(s, info, stored));
             return Status::Ok();
           },

@@ -62,10 +62,13 @@ class SsdTier final : public Tier {
 
   bool io_bound() const override { return true; }
 
+  // `bytes` may run past info.block_bytes to the next 4 KiB (a padded
+  // buffer, one direct I/O); so may `out` in ReadBlock.
   Result<uint64_t> WriteBlock(SlotId slot, const BlockInfo& info,
                               std::span<const std::byte> bytes) override {
+    const uint64_t block = bytes.size() > info.block_bytes ? info.block_bytes : 0;
     KVTIER_ASSIGN_OR_RETURN(const SsdRecord stored,
-                            store_->Write(Record(slot, bytes.size(), info), bytes));
+                            store_->Write(Record(slot, bytes.size(), info), bytes, block));
     return stored.checksum;
   }
   Status ReadBlock(SlotId slot, const BlockInfo& info, std::span<std::byte> out) override {

@@ -115,7 +115,9 @@ class Tier {
   // (payload first, record after: a crash never leaves a record pointing
   // at half-written bytes). WriteBlock returns the checksum to hand back in
   // info.checksum; ReadBlock verifies what it read against it: a mismatch
-  // is Corruption, never wrong bytes.
+  // is Corruption, never wrong bytes. The ssd tier also takes spans padded
+  // past info.block_bytes to the next 4 KiB (one direct I/O instead of a
+  // bounced tail); the padding is not the block's.
   virtual Result<uint64_t> WriteBlock(SlotId slot, const BlockInfo& /*info*/,
                                       std::span<const std::byte> bytes) {
     KVTIER_RETURN_IF_ERROR(Write(slot, bytes));

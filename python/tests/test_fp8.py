@@ -125,3 +125,51 @@ def test_real_activations_keep_the_attention_output_within_the_formats_bound(fmt
     assert len(errors) == layout.layers
     assert max(errors) <= bound
     assert max(errors) > 0  # fp8 is lossy: a zero would mean nothing was quantized
+
+
+def test_quantize_lower_keeps_demoted_blocks_in_fp8_through_a_warm_restart(start_daemon, tmp_path):
+    # kvtierd with a 1 MiB host tier over an SSD; a client whose namespace
+    # asks for quantize_lower: real K/V blocks pushed down to the SSD are
+    # kept there in e4m3, survive a restart, and come back within the
+    # format's bound (checked on the attention output of the real model).
+    ssd = ["--ssd-dir", str(tmp_path / "ssd"), "--ssd-capacity", "16MiB", "--ssd-prepare",
+           "foreground", "--host-capacity", "1MiB", "--host-slab", "256KiB"]
+    d = start_daemon(*ssd, name="before")
+    model = tiny_llama()
+    cfg = model.config
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    layout = kvtier.Layout(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim, "fp16", BLOCK)
+    ids = prompt(70, 4 * BLOCK)
+    with torch.no_grad():
+        blocks = as_blocks(model(ids, use_cache=True).past_key_values, 4)
+    with kvtier.Client("tiny-fp8", layout, socket=d.socket, quantize_lower="fp8_e4m3") as c:
+        keys = c.block_keys(ids[0].tolist())
+        assert c.put(keys, np.concatenate(blocks)) == [kvtier.WriteState.ALLOCATED] * 4
+        # Later prompts (finite values too) fill the host: the first goes down.
+        for n in range(8):
+            filler = c.block_keys(list(range(1000 + n * 512, 1000 + (n + 1) * 512)))
+            c.put(filler, np.concatenate(blocks * 8))
+        assert c.lookup(keys).tiers == [kvtier.Tier.SSD] * 4
+        stats = c.stats()
+        assert stats["quantized_blocks"] >= 4
+        assert stats["quantize_refused"] == 0
+        # The namespace's setting is its first worker's: another is refused.
+        with pytest.raises(kvtier.InvalidArgumentError, match="quantize_lower fp8_e4m3"):
+            kvtier.Client("tiny-fp8", layout, socket=d.socket)
+    assert d.stop() == 0
+
+    d = start_daemon(*ssd, name="after")  # the same SSD directory: a warm restart
+    with kvtier.Client("tiny-fp8", layout, socket=d.socket, quantize_lower="fp8_e4m3") as c:
+        assert c.lookup(keys).tiers == [kvtier.Tier.SSD] * 4
+        got = np.frombuffer(c.get(keys), dtype=np.uint8)
+        assert c.stats()["dequantized_blocks"] >= 4
+    bb = layout.block_bytes
+    restored = [got[i * bb:(i + 1) * bb] for i in range(4)]
+    assert any(not np.array_equal(r, b) for r, b in zip(restored, blocks))  # lossy, as documented
+    token = prompt(71, 1)
+    want = attention_outputs(model, as_cache(blocks, layout, cfg), token)
+    out = attention_outputs(model, as_cache(restored, layout, cfg), token)
+    errors = [float((out[i] - want[i]).norm() / want[i].norm()) for i in sorted(want)]
+    print("through kvtierd's ssd in e4m3: attention output relative L2 error per layer "
+          + ", ".join(f"{e:.4f}" for e in errors))
+    assert 0 < max(errors) <= 2.0 ** -4

@@ -31,10 +31,13 @@ Result<std::span<const std::byte>> EncodeStored(const Layout& layout, Quantize q
                                                 std::span<const std::byte> block) {
   if (q == Quantize::kOff) return block;
   const Layout stored = StoredLayout(layout, q);
-  const std::span<std::byte> out = ThreadScratch(stored.BlockBytes());
+  const size_t bytes = stored.BlockBytes();
+  const size_t padded = (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+  const std::span<std::byte> out = ThreadScratch(padded);
   if (out.empty()) return ResourceExhaustedError("no memory to quantize a block");
-  KVTIER_RETURN_IF_ERROR(QuantizeBlock(layout, stored.dtype, block, out));
-  return std::span<const std::byte>(out);
+  KVTIER_RETURN_IF_ERROR(QuantizeBlock(layout, stored.dtype, block, out.first(bytes)));
+  std::memset(out.data() + bytes, 0, padded - bytes);
+  return std::span<const std::byte>(out.first(bytes));
 }
 
 Status DecodeStored(const Layout& layout, Quantize q, std::span<const std::byte> stored,

@@ -13,14 +13,16 @@
 
 namespace kvtier::tiers::internal {
 
-// This thread's buffer of at least `bytes`, 4 KiB aligned (direct I/O
-// writes and reads it without a bounce), reused by the next call; empty
-// when no memory could be had.
+// This thread's buffer of at least `bytes`, 4 KiB aligned and with room to
+// the next 4 KiB boundary past `bytes` (direct I/O writes and reads it
+// without a bounce), reused by the next call; empty when no memory could be
+// had.
 std::span<std::byte> ThreadScratch(size_t bytes);
 
 // `block` (of `layout`) in form `q`, in this thread's scratch (valid until
-// its next use): the block itself for kOff. InvalidArgument, naming the
-// slice, for a block holding NaN or infinity.
+// its next use), followed there by zeros to the next 4 KiB boundary (so the
+// ssd writes it padded, in one direct I/O): the block itself for kOff.
+// InvalidArgument, naming the slice, for a block holding NaN or infinity.
 Result<std::span<const std::byte>> EncodeStored(const Layout& layout, Quantize q,
                                                 std::span<const std::byte> block);
 

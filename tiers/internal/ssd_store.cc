@@ -595,12 +595,19 @@ Status SsdStore::ReadPayload(uint64_t offset, std::span<std::byte> out) const {
   return Status::Ok();
 }
 
-Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::byte> bytes) {
+Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::byte> bytes,
+                                  uint64_t block_bytes) {
   return Guarded("SSD write", [&]() -> Result<SsdRecord> {
     KVTIER_RETURN_IF_ERROR(CheckSlot(record.slot, bytes.size()));
+    if (block_bytes != 0 &&
+        (block_bytes > bytes.size() || AlignUp(block_bytes, kBlockFileAlignment) != bytes.size())) {
+      return InvalidArgumentError("SSD write of a " + std::to_string(block_bytes) +
+                                  "-byte block padded to " + std::to_string(bytes.size()) +
+                                  " bytes: the padding must end at the next 4 KiB");
+    }
     SsdRecord stored = record;
-    stored.block_bytes = bytes.size();
-    stored.checksum = BlockChecksum(bytes);
+    stored.block_bytes = block_bytes != 0 ? block_bytes : bytes.size();
+    stored.checksum = BlockChecksum(bytes.first(stored.block_bytes));
     KVTIER_RETURN_IF_ERROR(
         WritePayload(record.slot.offset(), bytes).WithContext("block " + record.key.ToHex()));
     // Only now the record: after a crash it never points at missing bytes.
@@ -612,14 +619,15 @@ Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::
 Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
   return Guarded("SSD read", [&]() -> Status {
     const SsdSlot& slot = record.slot;
-    if (out.size() != record.block_bytes) {
+    if (out.size() != record.block_bytes &&
+        out.size() != AlignUp(record.block_bytes, kBlockFileAlignment)) {
       return InvalidArgumentError("SSD read of " + std::to_string(out.size()) +
                                   " bytes for a block of " + std::to_string(record.block_bytes));
     }
     KVTIER_RETURN_IF_ERROR(CheckSlot(slot, out.size()));
     KVTIER_RETURN_IF_ERROR(
         ReadPayload(slot.offset(), out).WithContext("block " + record.key.ToHex()));
-    const uint64_t sum = BlockChecksum(out);
+    const uint64_t sum = BlockChecksum(out.first(record.block_bytes));
     if (sum != record.checksum) {
       char detail[64];
       std::snprintf(detail, sizeof(detail), " (stored %016llx, read %016llx)",

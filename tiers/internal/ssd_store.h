@@ -215,11 +215,18 @@ class SsdStore {
   // which its checksum no longer matches if they were overwritten).
   // REQUIRES: record.slot comes from Allocate/Reserve and is not being read
   // or written by another caller.
-  Result<SsdRecord> Write(const SsdRecord& record, std::span<const std::byte> bytes);
+  // `block_bytes` non-zero: the block is bytes.first(block_bytes), and
+  // `bytes` runs on to the next 4 KiB boundary (a padded, aligned buffer,
+  // written in one direct I/O; the padding is not the block's and not in
+  // its checksum).
+  Result<SsdRecord> Write(const SsdRecord& record, std::span<const std::byte> bytes,
+                          uint64_t block_bytes = 0);
   // Reads the block of `record` into `out` and verifies its checksum:
   // Corruption on a mismatch or a short file, IoError when the disk fails.
   // Never OK with wrong bytes; on error `out` is unspecified.
-  // REQUIRES: out.size() == record.block_bytes (else InvalidArgument).
+  // REQUIRES: out.size() == record.block_bytes, or that rounded up to 4 KiB
+  // (a padded buffer: one direct I/O, the slot's padding read into the
+  // tail), else InvalidArgument.
   Status Read(const SsdRecord& record, std::span<std::byte> out) const;
   // Updates a record's metadata (priority, times) without touching the
   // payload. REQUIRES: `record` was returned by Write or ForEachRecord.
