@@ -32,7 +32,8 @@
 // Flags: --dir=PATH (parent of the data directories, default /var/tmp: a
 // real disk), --blocks=N (default 512: 1 GiB of fp16), --rounds=N (default
 // 5), --threads=N (I/O threads, default 4), --depth=N (chains acquired at
-// once, default 4).
+// once, default 4), --mode=both|off|on (one mode alone, for profiling;
+// default both).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -73,6 +74,7 @@ struct Flags {
   int rounds = 5;
   size_t threads = 4;
   size_t depth = 4;
+  std::string mode = "both";  // or "off", "on": one mode alone, for profiling
 };
 
 // Completions of the I/O threads, run on this (the engine's) thread.
@@ -278,6 +280,13 @@ int Run(const Flags& f) {
   int failures = 0;
   for (int round = 0; round < f.rounds; ++round) {
     Rates off, on;
+    if (f.mode != "both") {
+      const Quantize q = f.mode == "on" ? Quantize::kFp8E4M3 : Quantize::kOff;
+      const Rates x = RunMode(f, parent, q, values);
+      std::printf("%-6d %s: demote %.0f/s, promote %.0f/s\n", round, f.mode.c_str(), x.demote,
+                  x.promote);
+      continue;
+    }
     if (round % 2 == 0) {
       off = RunMode(f, parent, Quantize::kOff, values);
       on = RunMode(f, parent, Quantize::kFp8E4M3, values);
@@ -336,10 +345,12 @@ int main(int argc, char** argv) {
       f.threads = std::max<size_t>(1, std::strtoull(v4, nullptr, 10));
     } else if (const char* v5 = value("depth")) {
       f.depth = std::max<size_t>(1, std::strtoull(v5, nullptr, 10));
+    } else if (const char* v6 = value("mode")) {
+      f.mode = v6;
     } else {
       std::fprintf(stderr,
                    "usage: bench_quantize_ssd [--dir=PATH] [--blocks=N] [--rounds=N] "
-                   "[--threads=N] [--depth=N]\n");
+                   "[--threads=N] [--depth=N] [--mode=both|off|on]\n");
       return 2;
     }
   }

@@ -161,7 +161,7 @@ def test_quantize_lower_keeps_demoted_blocks_in_fp8_through_a_warm_restart(start
     d = start_daemon(*ssd, name="after")  # the same SSD directory: a warm restart
     with kvtier.Client("tiny-fp8", layout, socket=d.socket, quantize_lower="fp8_e4m3") as c:
         assert c.lookup(keys).tiers == [kvtier.Tier.SSD] * 4
-        got = np.frombuffer(c.get(keys), dtype=np.uint8)
+        got = np.frombuffer(c.get(keys), dtype=np.uint8).copy()
         assert c.stats()["dequantized_blocks"] >= 4
     bb = layout.block_bytes
     restored = [got[i * bb:(i + 1) * bb] for i in range(4)]
