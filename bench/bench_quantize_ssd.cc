@@ -34,6 +34,8 @@
 // 5), --threads=N (I/O threads, default 4), --depth=N (chains acquired at
 // once, default 4), --mode=both|off|on (one mode alone, for profiling;
 // default both).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -189,8 +191,17 @@ bool Close(std::span<const std::byte> want, std::span<const std::byte> got, Quan
   return true;
 }
 
+// CPU seconds of the whole process (every thread) so far.
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 struct Rates {
-  double demote = 0, promote = 0;  // blocks per second
+  double demote = 0, promote = 0;          // blocks per second
+  double demote_cpu = 0, promote_cpu = 0;  // CPU seconds per block, all threads
   uint64_t dropped = 0, wrong = 0, short_leases = 0;
 };
 
@@ -205,6 +216,7 @@ Rates RunMode(const Flags& f, const std::string& parent, Quantize q,
     auto n = MakeNode(f, dir, kChain, q);
     CacheEngine& e = *n->engine;
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = CpuSeconds();
     for (size_t c = 0; c <= chains; ++c) {  // the last chain pushes out the one before
       const auto keys = ChainKeys(c);
       for (size_t i = 0; i < kChain; ++i) {
@@ -219,6 +231,7 @@ Rates RunMode(const Flags& f, const std::string& parent, Quantize q,
     }
     n->RunUntil([&] { return e.Stats().moves_in_flight == 0; });
     r.demote = static_cast<double>(chains * kChain) / Seconds(t0);
+    r.demote_cpu = (CpuSeconds() - cpu0) / static_cast<double>(chains * kChain);
     r.dropped = e.Stats().demotions_dropped;
     if (!e.tier(TierKind::kSsd)->Sync().ok()) std::exit(2);
   }
@@ -229,6 +242,7 @@ Rates RunMode(const Flags& f, const std::string& parent, Quantize q,
     size_t next = 0, outstanding = 0;
     std::vector<tiers::Lease> leases(chains);  // checked after the timing
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = CpuSeconds();
     std::function<void()> start = [&] {
       const size_t c = next++;
       ++outstanding;
@@ -243,6 +257,7 @@ Rates RunMode(const Flags& f, const std::string& parent, Quantize q,
       if (outstanding > 0) n->inbox.RunSome();
     }
     r.promote = static_cast<double>(chains * kChain) / Seconds(t0);
+    r.promote_cpu = (CpuSeconds() - cpu0) / static_cast<double>(chains * kChain);
     for (size_t c = 0; c < chains; ++c) {
       if (leases[c].size() != kChain) ++r.short_leases;
       for (size_t i = 0; i < leases[c].size(); ++i) {
@@ -283,8 +298,9 @@ int Run(const Flags& f) {
     if (f.mode != "both") {
       const Quantize q = f.mode == "on" ? Quantize::kFp8E4M3 : Quantize::kOff;
       const Rates x = RunMode(f, parent, q, values);
-      std::printf("%-6d %s: demote %.0f/s, promote %.0f/s\n", round, f.mode.c_str(), x.demote,
-                  x.promote);
+      std::printf("%-6d %s: demote %.0f/s (%.0f us CPU a block), promote %.0f/s (%.0f us)\n",
+                  round, f.mode.c_str(), x.demote, x.demote_cpu * 1e6, x.promote,
+                  x.promote_cpu * 1e6);
       continue;
     }
     if (round % 2 == 0) {
@@ -305,6 +321,10 @@ int Run(const Flags& f) {
     }
     demote_ratio.push_back(on.demote / off.demote);
     promote_ratio.push_back(on.promote / off.promote);
+    off_sum.demote_cpu += off.demote_cpu / f.rounds;
+    off_sum.promote_cpu += off.promote_cpu / f.rounds;
+    on_sum.demote_cpu += on.demote_cpu / f.rounds;
+    on_sum.promote_cpu += on.promote_cpu / f.rounds;
     off_sum.demote += off.demote / f.rounds;
     off_sum.promote += off.promote / f.rounds;
     on_sum.demote += on.demote / f.rounds;
@@ -320,6 +340,10 @@ int Run(const Flags& f) {
       "%.2f GB/s, on %.2f GB/s\n",
       off_sum.demote * full / 1e9, on_sum.demote * stored / 1e9, off_sum.promote * full / 1e9,
       on_sum.promote * stored / 1e9);
+  std::printf("CPU a block, all threads (mean of rounds): demote off %.0f us, on %.0f us; "
+              "promote off %.0f us, on %.0f us\n",
+              off_sum.demote_cpu * 1e6, on_sum.demote_cpu * 1e6, off_sum.promote_cpu * 1e6,
+              on_sum.promote_cpu * 1e6);
   fs::remove_all(parent);
   return failures == 0 ? 0 : 1;
 }
