@@ -108,9 +108,12 @@ configure_normal() {
   # RelWithDebInfo without -DNDEBUG: optimized, and every assert (the
   # REQUIRES: preconditions) is checked while the tests run. -g1 (functions
   # and line tables, enough for a backtrace) builds a quarter faster than -g.
+  # The test programs themselves build at -O1 (~40 % faster to compile);
+  # the code they test stays at -O2, with -O2's warnings as errors.
   cmake -S . -B "$build" -G Ninja \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1" \
+    -DKVTIER_TEST_CXX_FLAGS=-O1 \
     -DKVTIER_WERROR=ON
 }
 stage_normal() {
