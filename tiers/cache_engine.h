@@ -534,6 +534,12 @@ class CacheEngine {
   // A copy of a block's bytes in memory, made now (demotions and writes to
   // the ssd or the remote tier go from it, off the engine's thread).
   Status CopyOut(EntryId id, std::shared_ptr<std::vector<std::byte>>* out);
+  // The I/O work that writes block `id` (copied out of memory now) to
+  // `slot` of the io_bound tier `to`, in its namespace's lower form (encoded
+  // on the I/O thread), the tier's checksum landing in *checksum. Marks the
+  // block's ssd copy with that form. Empty when the copy failed.
+  IoExecutor::Work SsdWriteWork(EntryId id, TierKind to, SlotId slot,
+                                std::shared_ptr<uint64_t> checksum);
   // Starts reading a block out of its io_bound tier into `to`, for the
   // pending acquire `waiter` (0: a hint's prefetch, which nobody waits
   // for). False when it cannot start.

@@ -279,30 +279,13 @@ bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
     return false;
   }
   // Copy the block out now, so its slot is free for whoever needed room;
-  // the write goes from the copy (encoded on the I/O thread when the
-  // namespace quantizes), and the block is invisible until it lands.
-  std::shared_ptr<std::vector<std::byte>> copy;
-  const Status read = CopyOut(id, &copy);
-  blocks_[id].stored = form;
-  Tier* dst = tiers_[Index(to)].get();
+  // the write goes from the copy, and the block is invisible until it lands.
   auto checksum = std::make_shared<uint64_t>(0);
-  const bool queued =
-      read.ok() &&
-      io_->Submit(
-          [dst, s = *slot, info = InfoOf(id), copy, checksum,
-           layout = LayoutOf(index_.ns(id))]() -> Status {
-            KVTIER_ASSIGN_OR_RETURN(std::span<const std::byte> stored,
-                                    internal::EncodeStored(layout, info.quantize, *copy));
-            if (info.quantize != Quantize::kOff) {  // padded: one direct I/O
-              stored = {stored.data(), AlignUp(stored.size(), kSlotPageBytes)};
-            }
-            KVTIER_ASSIGN_OR_RETURN(*checksum, dst->WriteBlock(s, info, stored));
-            return Status::Ok();
-          },
-          [this, id, checksum](Status status) {
-            blocks_[id].checksum = *checksum;
-            OnDemoted(id, std::move(status));
-          });
+  IoExecutor::Work work = SsdWriteWork(id, to, *slot, checksum);
+  const bool queued = work && io_->Submit(std::move(work), [this, id, checksum](Status status) {
+    blocks_[id].checksum = *checksum;
+    OnDemoted(id, std::move(status));
+  });
   if (!queued) {
     tiers_[Index(to)]->Free(*slot);
     Unpin(id);
@@ -318,6 +301,23 @@ bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
   in.bytes_in += stored_bytes;
   ++in.demotions_in;
   return true;
+}
+
+IoExecutor::Work CacheEngine::SsdWriteWork(EntryId id, TierKind to, SlotId slot,
+                                           std::shared_ptr<uint64_t> checksum) {
+  std::shared_ptr<std::vector<std::byte>> copy;
+  if (!CopyOut(id, &copy).ok()) return nullptr;
+  blocks_[id].stored = LowerForm(index_.ns(id));
+  return [dst = tiers_[Index(to)].get(), slot, info = InfoOf(id), copy, checksum,
+          layout = LayoutOf(index_.ns(id))]() -> Status {
+    KVTIER_ASSIGN_OR_RETURN(std::span<const std::byte> stored,
+                            internal::EncodeStored(layout, info.quantize, *copy));
+    if (info.quantize != Quantize::kOff) {  // padded to its slot: one direct I/O
+      stored = {stored.data(), AlignUp(stored.size(), kSlotPageBytes)};
+    }
+    KVTIER_ASSIGN_OR_RETURN(*checksum, dst->WriteBlock(slot, info, stored));
+    return Status::Ok();
+  };
 }
 
 Status CacheEngine::CopyOut(EntryId id, std::shared_ptr<std::vector<std::byte>>* out) {
@@ -414,26 +414,11 @@ void CacheEngine::StartShadow(EntryId id) {
     ++stats_.write_through_skipped;
     return;
   }
-  std::shared_ptr<std::vector<std::byte>> copy;
-  const Status read = CopyOut(id, &copy);
-  blocks_[id].stored = form;
   auto checksum = std::make_shared<uint64_t>(0);
-  const bool queued =
-      read.ok() &&
-      io_->Submit(
-          [ssd, s = *slot, info = InfoOf(id), copy, checksum,
-           layout = LayoutOf(index_.ns(id))]() -> Status {
-            KVTIER_ASSIGN_OR_RETURN(std::span<const std::byte> stored,
-                                    internal::EncodeStored(layout, info.quantize, *copy));
-            if (info.quantize != Quantize::kOff) {  // padded: one direct I/O
-              stored = {stored.data(), AlignUp(stored.size(), kSlotPageBytes)};
-            }
-            KVTIER_ASSIGN_OR_RETURN(*checksum, ssd->WriteBlock(s, info, stored));
-            return Status::Ok();
-          },
-          [this, id, checksum](Status status) {
-            OnShadowWritten(id, std::move(status), *checksum);
-          });
+  IoExecutor::Work work = SsdWriteWork(id, TierKind::kSsd, *slot, checksum);
+  const bool queued = work && io_->Submit(std::move(work), [this, id, checksum](Status status) {
+    OnShadowWritten(id, std::move(status), *checksum);
+  });
   if (!queued) {
     ssd->Free(*slot);
     ++stats_.write_through_skipped;
