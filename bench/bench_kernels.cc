@@ -12,6 +12,10 @@
 //     beside the theoretical peak (memory clock x bus width x 2) and a
 //     device-to-device cudaMemcpy of 1 GiB (which reads and writes, so its
 //     bandwidth counts both). The goal is >= 0.8 of peak at long contexts.
+//     The same over fp8 (e4m3) blocks of the same shape (values one byte
+//     each plus the block's scale table, dequantized in registers; q and o
+//     in fp16): its K/V read rate beside peak, and its time beside the fp16
+//     kernel's on the same shape (it reads half the bytes).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -40,10 +44,16 @@ constexpr uint32_t kHeadDim = 128;
 constexpr uint32_t kGroup = 8;
 constexpr uint32_t kBlockTokens = 16;
 
-Layout BenchLayout() { return Layout{1, kKvHeads, kHeadDim, DType::kFloat16, kBlockTokens}; }
+Layout BenchLayout(bool fp8 = false) {
+  return Layout{1, kKvHeads, kHeadDim, fp8 ? DType::kFp8E4M3 : DType::kFloat16, kBlockTokens};
+}
+// Bytes from one block to the next in the arena (a multiple of 16).
+uint64_t SlotStride(bool fp8) { return (BenchLayout(fp8).BlockBytes() + 15) / 16 * 16; }
 
-// K and V of every token of every sequence: what one decode step reads.
-uint64_t KvBytes(uint64_t batch, uint64_t context) {
+// K and V of every token of every sequence: what one decode step reads
+// (for fp8, the values and every block's scale table).
+uint64_t KvBytes(uint64_t batch, uint64_t context, bool fp8 = false) {
+  if (fp8) return batch * (context / kBlockTokens) * SlotStride(true);
   return batch * context * kKvHeads * kHeadDim * 2 * sizeof(uint16_t);
 }
 
@@ -57,14 +67,15 @@ std::vector<int32_t> ShuffledTable(uint32_t batch, uint32_t blocks_per_seq) {
   return table;
 }
 
-DecodeAttentionParams BaseParams(uint32_t batch, uint32_t context) {
+DecodeAttentionParams BaseParams(uint32_t batch, uint32_t context, bool fp8 = false) {
   DecodeAttentionParams p;
-  p.layout = BenchLayout();
+  p.layout = BenchLayout(fp8);
+  p.io_dtype = DType::kFloat16;
   p.batch = batch;
   p.num_q_heads = kKvHeads * kGroup;
   p.max_blocks_per_seq = context / kBlockTokens;
   p.num_slots = batch * p.max_blocks_per_seq;
-  p.slot_stride_bytes = p.layout.BlockBytes();
+  p.slot_stride_bytes = SlotStride(fp8);
   return p;
 }
 
@@ -179,35 +190,40 @@ struct DeviceMemory {
 struct DeviceProblem {
   uint32_t batch = 0;
   uint32_t context = 0;
+  bool fp8 = false;
   DeviceMemory arena, q, o, table, lens, workspace;
   uint64_t workspace_bytes = 0;
   DecodeAttentionParams params;
 };
 
 // One problem at a time on the device: the largest is 32 GiB.
-DeviceProblem* Device(uint32_t batch, uint32_t context, std::string* error) {
+DeviceProblem* Device(uint32_t batch, uint32_t context, bool fp8, std::string* error) {
   static std::unique_ptr<DeviceProblem> cached;
-  if (cached && cached->batch == batch && cached->context == context) return cached.get();
+  if (cached && cached->batch == batch && cached->context == context && cached->fp8 == fp8) {
+    return cached.get();
+  }
   cached.reset();
   auto d = std::make_unique<DeviceProblem>();
   d->batch = batch;
   d->context = context;
-  d->params = BaseParams(batch, context);
+  d->fp8 = fp8;
+  d->params = BaseParams(batch, context, fp8);
   auto plan = kernels::PlanDecodeAttention(d->params);
   if (!plan.ok()) return *error = plan.status().ToString(), nullptr;
   d->workspace_bytes = plan->workspace_bytes;
   const std::vector<int32_t> table = ShuffledTable(batch, d->params.max_blocks_per_seq);
   const std::vector<int32_t> lens(batch, static_cast<int32_t>(context));
   const uint64_t q_bytes = uint64_t{batch} * d->params.num_q_heads * kHeadDim * 2;
-  if (!d->arena.Allocate(KvBytes(batch, context)) || !d->q.Allocate(q_bytes) ||
-      !d->o.Allocate(q_bytes) || !d->table.Allocate(table.size() * 4) ||
-      !d->lens.Allocate(lens.size() * 4) || !d->workspace.Allocate(d->workspace_bytes)) {
-    return *error = "cudaMalloc failed (" + std::to_string(KvBytes(batch, context) >> 20) +
-                    " MiB of K/V)",
+  const uint64_t kv_bytes = KvBytes(batch, context, fp8);
+  if (!d->arena.Allocate(kv_bytes) || !d->q.Allocate(q_bytes) || !d->o.Allocate(q_bytes) ||
+      !d->table.Allocate(table.size() * 4) || !d->lens.Allocate(lens.size() * 4) ||
+      !d->workspace.Allocate(d->workspace_bytes)) {
+    return *error = "cudaMalloc failed (" + std::to_string(kv_bytes >> 20) + " MiB of K/V)",
            nullptr;
   }
-  // 0x3c3c is fp16 1.06: finite values are all that speed needs.
-  cudaMemset(d->arena.ptr, 0x3c, KvBytes(batch, context));
+  // 0x3c3c is fp16 1.06, 0x3c e4m3 1.5 and 0x3c3c3c3c an fp32 scale of
+  // 0.0115: finite values are all that speed needs.
+  cudaMemset(d->arena.ptr, 0x3c, kv_bytes);
   cudaMemset(d->q.ptr, 0x30, q_bytes);
   cudaMemcpy(d->table.ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
   cudaMemcpy(d->lens.ptr, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice);
@@ -252,11 +268,11 @@ double TimeOnDevice(Launch launch) {
   return ms / 1e3;
 }
 
-void BM_GpuDecodeAttention(benchmark::State& state) {
+void BM_GpuDecodeAttention(benchmark::State& state, bool fp8) {
   const auto batch = static_cast<uint32_t>(state.range(0));
   const auto context = static_cast<uint32_t>(state.range(1));
   std::string error;
-  DeviceProblem* d = Device(batch, context, &error);
+  DeviceProblem* d = Device(batch, context, fp8, &error);
   if (d == nullptr) return state.SkipWithError(error.c_str());
   Status status;
   for (auto _ : state) {
@@ -268,7 +284,7 @@ void BM_GpuDecodeAttention(benchmark::State& state) {
     if (s < 0) return state.SkipWithError(status.ok() ? "CUDA error" : status.ToString().c_str());
     state.SetIterationTime(s);
   }
-  SetKvRate(state, KvBytes(batch, context));
+  SetKvRate(state, KvBytes(batch, context, fp8));
 }
 
 // The peer: a 1 GiB device-to-device copy (it reads 1 GiB and writes 1 GiB;
@@ -304,13 +320,16 @@ void RegisterGpu() {
   benchmark::RegisterBenchmark("BM_GpuCopy", &BM_GpuCopy)
       ->Unit(benchmark::kMillisecond)
       ->UseManualTime();
-  for (int64_t batch : kGpuBatches) {
-    for (int64_t context : kGpuContexts) {
-      benchmark::RegisterBenchmark("BM_GpuDecodeAttention", &BM_GpuDecodeAttention)
-          ->ArgNames({"batch", "context"})
-          ->Args({batch, context})
-          ->Unit(benchmark::kMicrosecond)
-          ->UseManualTime();
+  for (const bool fp8 : {false, true}) {
+    for (int64_t batch : kGpuBatches) {
+      for (int64_t context : kGpuContexts) {
+        benchmark::RegisterBenchmark(fp8 ? "BM_GpuDecodeAttentionFp8" : "BM_GpuDecodeAttention",
+                                     &BM_GpuDecodeAttention, fp8)
+            ->ArgNames({"batch", "context"})
+            ->Args({batch, context})
+            ->Unit(benchmark::kMicrosecond)
+            ->UseManualTime();
+      }
     }
   }
 }
@@ -360,6 +379,28 @@ void Summarize(const SummaryReporter& r) {
       std::printf("    batch %3lld context %6lld: %7.0f GB/s = %.2f of peak, %.2f of copy\n",
                   static_cast<long long>(batch), static_cast<long long>(context), rate / 1e9,
                   Ratio(rate, peak), Ratio(rate, copy));
+    }
+  }
+  std::printf(
+      "    over e4m3 blocks (half the bytes, plus scales): K/V read rate as a fraction "
+      "of peak, and the fp16 kernel's time over the fp8 one's (speed-up):\n");
+  for (int64_t batch : kGpuBatches) {
+    for (int64_t context : kGpuContexts) {
+      const std::string wide = ShapeName("BM_GpuDecodeAttention", batch, context, "manual_time");
+      const std::string narrow =
+          ShapeName("BM_GpuDecodeAttentionFp8", batch, context, "manual_time");
+      if (r.Find(narrow) == nullptr) continue;
+      const double rate = BytesPerSecond(r, narrow);
+      // Time is bytes over rate: the speed-up is (bytes16 / rate16) / (bytes8 / rate8).
+      const auto b = static_cast<uint64_t>(batch);
+      const auto c = static_cast<uint64_t>(context);
+      const double t16 = Ratio(static_cast<double>(KvBytes(b, c)), BytesPerSecond(r, wide));
+      const double t8 = Ratio(static_cast<double>(KvBytes(b, c, true)), rate);
+      std::printf(
+          "    batch %3lld context %6lld: %7.0f GB/s = %.2f of peak; %.2fx the fp16 "
+          "kernel's speed\n",
+          static_cast<long long>(batch), static_cast<long long>(context), rate / 1e9,
+          Ratio(rate, peak), Ratio(t16, t8));
     }
   }
 }
