@@ -163,13 +163,14 @@ stage_asan() {
 tsan_build="$build-tsan"
 # Tests that drive the real RocksDB, which Debian builds without TSan: its
 # internal synchronization is invisible to TSan, which then reports races
-# on every block handed to it (docs/build.md). They run under ASan and in
+# on every block handed to it (docs/build.md): the SSD tests, quantize on
+# demote's among them. They run under ASan and in
 # stage 1. SsdSpaceTest and the tiers' other tests use no RocksDB and stay.
 # Also left out: the remote tier's cluster-fault tests (a resharding, a
 # failover, maxmemory, masters killed): seconds of Redis Cluster behaviour
 # each, the same client threads as the remote tests that stay; they run
 # under ASan and in stage 1.
-tsan_excluded='^((SsdStoreTest|SsdEngineTest|SsdRestartTest|MetricsTest|RemoteStoreFailoverTest|RemoteStoreMaxmemoryTest|RemoteStoreDownTest)\.|DaemonHintTest\.AHintedSsdBlock|RemoteStoreTest\.FollowsMovedAndAsk)'
+tsan_excluded='^((SsdStoreTest|SsdEngineTest|SsdRestartTest|QuantizeLowerTest|Forms/QuantizeRoundTripTest|MetricsTest|RemoteStoreFailoverTest|RemoteStoreMaxmemoryTest|RemoteStoreDownTest)\.|DaemonHintTest\.AHintedSsdBlock|RemoteStoreTest\.FollowsMovedAndAsk)'
 stage_tsan() {
   configure_clang "$tsan_build" -DKVTIER_SANITIZE=thread
   cmake --build "$tsan_build" -j"$jobs" --target tiers_test daemon_test kvtierd kvtier
