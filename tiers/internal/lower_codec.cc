@@ -1,5 +1,7 @@
 #include "tiers/internal/lower_codec.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -27,6 +29,13 @@ std::span<std::byte> ThreadScratch(size_t bytes) {
   return {buffer.get(), bytes};
 }
 
+void PrefaultForWrite(std::span<std::byte> bytes) {
+  if (bytes.empty()) return;
+  const auto begin = reinterpret_cast<uintptr_t>(bytes.data()) & ~uintptr_t{4095};
+  const auto end = reinterpret_cast<uintptr_t>(bytes.data() + bytes.size());
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+}
+
 Result<std::span<const std::byte>> EncodeStored(const Layout& layout, Quantize q,
                                                 std::span<const std::byte> block) {
   if (q == Quantize::kOff) return block;
@@ -47,6 +56,7 @@ Status DecodeStored(const Layout& layout, Quantize q, std::span<const std::byte>
     if (stored.data() != out.data()) std::memcpy(out.data(), stored.data(), out.size());
     return Status::Ok();
   }
+  PrefaultForWrite(out);
   const Status restored = DequantizeBlock(StoredLayout(layout, q), layout.dtype, stored, out);
   if (restored.ok()) return restored;
   return CorruptionError("stored " + std::string(QuantizeName(q)) +
