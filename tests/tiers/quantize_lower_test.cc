@@ -10,6 +10,7 @@
 
 #include "engine_test_util.h"
 #include "quantize_test_util.h"
+#include "ssd_engine_fixture.h"
 #include "tiers/internal/ssd_tier.h"
 
 namespace kvtier::tiers {
@@ -20,22 +21,8 @@ using testing::FillValues;
 using testing::ValueLayout;
 using testing::WithinFp8Bound;
 
-class QuantizeLowerTest : public ::testing::Test {
+class QuantizeLowerTest : public testing::SsdEngineFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/var/tmp/kvtier-quantize-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  void TearDown() override {
-    if (engine_) {
-      io_.RunAll();
-      const Status s = engine_->CheckInvariants();
-      EXPECT_TRUE(s.ok()) << s.ToString();
-    }
-    engine_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
   // A host tier of `host_blocks` blocks of layout_ over an SSD.
   void Build(uint64_t host_blocks, Quantize q, bool faulty = false, bool write_through = false) {
     const uint64_t block = layout_.BlockBytes();
@@ -94,12 +81,6 @@ class QuantizeLowerTest : public ::testing::Test {
   }
 
   Layout layout_ = ValueLayout();
-  std::string dir_;
-  ManualClock clock_;
-  ManualExecutor io_;
-  internal::FaultInjector faults_;
-  std::unique_ptr<CacheEngine> engine_;
-  NamespaceId ns_ = 0;
   std::map<BlockKey, std::vector<std::byte>> originals_;
   std::vector<std::string> log_;
 };

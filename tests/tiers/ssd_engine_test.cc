@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "engine_test_util.h"
+#include "ssd_engine_fixture.h"
 #include "tiers/internal/ssd_tier.h"
 
 namespace kvtier::tiers {
@@ -21,22 +22,8 @@ using testing::Matches;
 using testing::Put;
 using testing::SmallLayout;
 
-class SsdEngineTest : public ::testing::Test {
+class SsdEngineTest : public testing::SsdEngineFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/var/tmp/kvtier-ssd-engine-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  void TearDown() override {
-    if (engine_) {
-      io_.RunAll();
-      const Status s = engine_->CheckInvariants();
-      EXPECT_TRUE(s.ok()) << s.ToString();
-    }
-    engine_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
   // A host tier of `host_blocks` 4 KiB blocks over an SSD of `ssd_blocks`.
   void Build(uint64_t host_blocks, uint64_t ssd_blocks, bool faulty = false,
              bool write_through = false) {
@@ -72,13 +59,6 @@ class SsdEngineTest : public ::testing::Test {
     EXPECT_TRUE(got->ok());
     return std::move(*got).value();
   }
-
-  std::string dir_;
-  ManualClock clock_;
-  ManualExecutor io_;
-  internal::FaultInjector faults_;
-  std::unique_ptr<CacheEngine> engine_;
-  NamespaceId ns_ = 0;
 };
 
 TEST_F(SsdEngineTest, EvictedBlocksGoToDiskAndComeBackIdentical) {
