@@ -24,16 +24,16 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "tiers/cache_engine.h"
+#include "engine/cache_engine.h"
 
 namespace kvtier::bench {
 namespace {
 
-using tiers::Allocation;
+using engine::Allocation;
+using engine::BlockKey;
+using engine::CacheEngine;
+using engine::NamespaceId;
 using tiers::ArenaTierOptions;
-using tiers::BlockKey;
-using tiers::CacheEngine;
-using tiers::NamespaceId;
 using tiers::TierKind;
 
 constexpr size_t kChainKeys = 64;

@@ -1,4 +1,4 @@
-// Quantize on demote (tiers::NamespaceSpec::quantize_lower) on the SSD tier:
+// Quantize on demote (engine::NamespaceSpec::quantize_lower) on the SSD tier:
 // blocks per second demoted (host -> ssd) and promoted (ssd -> host) with
 // the namespace kept in fp8_e4m3 below memory, against the same with it off,
 // in the same run (goal >= 1.6x on a disk-bound load).
@@ -54,14 +54,14 @@
 #include "bench_util.h"
 #include "common/fp8.h"
 #include "common/half.h"
-#include "tiers/cache_engine.h"
+#include "engine/cache_engine.h"
 
 namespace kvtier::bench {
 namespace {
 
 namespace fs = std::filesystem;
+using engine::CacheEngine;
 using prefix_index::BlockKey;
-using tiers::CacheEngine;
 using tiers::TierKind;
 
 constexpr size_t kChain = 16;
@@ -124,9 +124,9 @@ std::vector<std::vector<std::byte>> MakeValues() {
 
 struct Node {
   Inbox inbox;
-  std::unique_ptr<tiers::IoExecutor> io;
+  std::unique_ptr<engine::IoExecutor> io;
   std::unique_ptr<CacheEngine> engine;
-  tiers::NamespaceId ns = 0;
+  engine::NamespaceId ns = 0;
 
   // Runs completions until `done` holds.
   void RunUntil(const std::function<bool()>& done) {
@@ -142,8 +142,8 @@ std::unique_ptr<Node> MakeNode(const Flags& f, const std::string& dir, uint64_t 
                                Quantize q) {
   auto n = std::make_unique<Node>();
   Node* raw = n.get();
-  n->io = tiers::NewThreadPoolExecutor(f.threads, kQueue,
-                                       [raw](std::function<void()> c) { raw->inbox.Post(c); });
+  n->io = engine::NewThreadPoolExecutor(f.threads, kQueue,
+                                        [raw](std::function<void()> c) { raw->inbox.Post(c); });
   const uint64_t block = kLayout.BlockBytes();
   auto host = tiers::NewHostTier({host_blocks * block, 32 * block, true});
   tiers::SsdTierOptions so;
@@ -157,7 +157,7 @@ std::unique_ptr<Node> MakeNode(const Flags& f, const std::string& dir, uint64_t 
                  (!host.ok() ? host.status() : ssd.status()).ToString().c_str());
     std::exit(1);
   }
-  tiers::EngineOptions o;
+  engine::EngineOptions o;
   o.io = n->io.get();
   auto e = CacheEngine::Create(o, nullptr, std::move(host).value(), std::move(ssd).value());
   if (!e.ok()) std::exit(1);
@@ -223,7 +223,7 @@ Rates RunMode(const Flags& f, const std::string& parent, Quantize q,
         n->RunUntil([&] { return n->io->in_flight() + 2 < kQueue; });
         auto a = e.Allocate(n->ns, i == 0 ? std::nullopt : std::optional(keys[i - 1]),
                             std::span(keys).subspan(i, 1), TierKind::kHost);
-        if (!a.ok() || a->state(0) != tiers::WriteState::kAllocated) std::exit(2);
+        if (!a.ok() || a->state(0) != engine::WriteState::kAllocated) std::exit(2);
         std::memcpy(a->Bytes(0).data(), values[(c * kChain + i) % kDistinct].data(),
                     kLayout.BlockBytes());
         if (!a->Commit().ok()) std::exit(2);
@@ -240,14 +240,14 @@ Rates RunMode(const Flags& f, const std::string& parent, Quantize q,
     auto n = MakeNode(f, dir, f.blocks + 2 * kChain, q);
     CacheEngine& e = *n->engine;
     size_t next = 0, outstanding = 0;
-    std::vector<tiers::Lease> leases(chains);  // checked after the timing
+    std::vector<engine::Lease> leases(chains);  // checked after the timing
     const auto t0 = std::chrono::steady_clock::now();
     const double cpu0 = CpuSeconds();
     std::function<void()> start = [&] {
       const size_t c = next++;
       ++outstanding;
       const auto keys = ChainKeys(c);
-      e.AcquireAsync(n->ns, keys, TierKind::kHost, [&, c](Result<tiers::Lease> lease) {
+      e.AcquireAsync(n->ns, keys, TierKind::kHost, [&, c](Result<engine::Lease> lease) {
         --outstanding;
         if (lease.ok()) leases[c] = std::move(lease).value();
       });
@@ -298,9 +298,8 @@ int Run(const Flags& f) {
     if (f.mode != "both") {
       const Quantize q = f.mode == "on" ? Quantize::kFp8E4M3 : Quantize::kOff;
       const Rates x = RunMode(f, parent, q, values);
-      std::printf("%-6d %s: demote %.0f/s (%.0f us CPU a block), promote %.0f/s (%.0f us)\n",
-                  round, f.mode.c_str(), x.demote, x.demote_cpu * 1e6, x.promote,
-                  x.promote_cpu * 1e6);
+      std::printf("%-6d %s: demote %.0f/s (%.0f us CPU a block), promote %.0f/s (%.0f us)\n", round,
+                  f.mode.c_str(), x.demote, x.demote_cpu * 1e6, x.promote, x.promote_cpu * 1e6);
       continue;
     }
     if (round % 2 == 0) {
@@ -340,10 +339,11 @@ int Run(const Flags& f) {
       "%.2f GB/s, on %.2f GB/s\n",
       off_sum.demote * full / 1e9, on_sum.demote * stored / 1e9, off_sum.promote * full / 1e9,
       on_sum.promote * stored / 1e9);
-  std::printf("CPU a block, all threads (mean of rounds): demote off %.0f us, on %.0f us; "
-              "promote off %.0f us, on %.0f us\n",
-              off_sum.demote_cpu * 1e6, on_sum.demote_cpu * 1e6, off_sum.promote_cpu * 1e6,
-              on_sum.promote_cpu * 1e6);
+  std::printf(
+      "CPU a block, all threads (mean of rounds): demote off %.0f us, on %.0f us; "
+      "promote off %.0f us, on %.0f us\n",
+      off_sum.demote_cpu * 1e6, on_sum.demote_cpu * 1e6, off_sum.promote_cpu * 1e6,
+      on_sum.promote_cpu * 1e6);
   fs::remove_all(parent);
   return failures == 0 ? 0 : 1;
 }

@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <string>
 
-#include "tiers/cache_engine.h"
+#include "engine/cache_engine.h"
 #include "tiers/internal/ssd_store.h"
 
 namespace kvtier::bench {
@@ -72,16 +72,16 @@ int Run(uint64_t blocks, const std::string& dir) {
   if (!ssd) Die(ssd.status());
   const double open_s = Seconds(start);
   auto host = tiers::NewHostTier({64 * kMiB, 4 * kMiB, false});
-  auto io = tiers::NewThreadPoolExecutor(1, 16, [](std::function<void()> f) { f(); });
-  tiers::EngineOptions options;
+  auto io = engine::NewThreadPoolExecutor(1, 16, [](std::function<void()> f) { f(); });
+  engine::EngineOptions options;
   options.io = io.get();
-  auto engine =
-      tiers::CacheEngine::Create(options, nullptr, std::move(host).value(), std::move(ssd).value());
+  auto engine = engine::CacheEngine::Create(options, nullptr, std::move(host).value(),
+                                            std::move(ssd).value());
   if (!engine) Die(engine.status());
   auto restored = (*engine)->Recover();
   if (!restored) Die(restored.status());
   const double total_s = Seconds(start);
-  const tiers::EngineStats st = (*engine)->Stats();
+  const engine::EngineStats st = (*engine)->Stats();
   std::printf(
       "restart with %lu blocks: %.2f s (open %.2f s, re-index %.2f s), %lu restored, "
       "index %.1f B/block; building them took %.1f s\n",

@@ -111,7 +111,7 @@ load() {
     "$build/bench/bench_control_plane" --socket "$dir/$2.sock" --clients "$clients" --keys 16 \
       --seconds "$secs" --json | sed -n 's/.*"ops_per_s":\([0-9.]*\).*/\1/p'
   else
-    "$build/client/kvtier" bench --socket "$dir/$2.sock" --op "$1" --clients "$clients" \
+    "$build/cli/kvtier" bench --socket "$dir/$2.sock" --op "$1" --clients "$clients" \
       --blocks 16 --keys 64 --seconds "$secs" --seed "$3" --json |
       sed -n 's/.*"all":{"ops":[0-9]*,"ops_per_s":\([0-9.]*\).*/\1/p'
   fi
@@ -166,7 +166,7 @@ echo "(ops/s: median of the rounds; ratio: median of the rounds' on/off; CPU: th
 echo " all threads, over all rounds, per measured op, the load's untimed setup included)"
 
 echo
-"$build/client/kvtier" stats --socket "$dir/on.sock" | grep -i '^events' | sed 's/^/daemon: /'
+"$build/cli/kvtier" stats --socket "$dir/on.sock" | grep -i '^events' | sed 's/^/daemon: /'
 if [ -n "${sub_pid:-}" ]; then
   kill "$sub_pid"
   wait "$sub_pid" 2>/dev/null || true

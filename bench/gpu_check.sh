@@ -68,10 +68,12 @@ tail -n 25 "$logs/ctest.txt"
 
 step "GPU device tier: the tier itself, and kvtierd --device cuda read through IPC"
 set +e
-timeout 300 cmake --build "$build" -j "$jobs" --target tiers_test daemon_gpu_test kvtierd kvtier \
+timeout 300 cmake --build "$build" -j "$jobs" --target tiers_test engine_test daemon_gpu_test kvtierd kvtier \
   >"$logs/tier_build.txt" 2>&1 &&
-  timeout 120 "$build/tests/tiers/tiers_test" --gtest_filter='CudaDeviceTierTest.*:DeviceCopyTest.*' \
+  timeout 120 "$build/tests/tiers/tiers_test" --gtest_filter='CudaDeviceTierTest.*' \
     >"$logs/tier_tests.txt" 2>&1 &&
+  timeout 120 "$build/tests/engine/engine_test" --gtest_filter='DeviceCopyTest.*' \
+    >>"$logs/tier_tests.txt" 2>&1 &&
   timeout 120 "$build/tests/daemon/daemon_gpu_test" --gtest_filter='*AcquireToTheGpu*' \
     >>"$logs/tier_tests.txt" 2>&1
 tier_rc=$?

@@ -4,11 +4,16 @@
 # at compile time: the target's include root is a folder of symlinks to the
 # module itself and to every module it may use (its DEPS, transitively), so
 # `#include "daemon/server.h"` from tiers/ finds no such file.
-function(kvtier_module name)
-  cmake_parse_arguments(M "" "" "SRCS;DEPS;LIBS" ${ARGN})
+# Makes ${CMAKE_BINARY_DIR}/layers/<name>: symlinks to the folder <name> and
+# to every module its DEPS may use (transitively), recorded for modules above.
+# Sets <out_var> to the folder.
+function(kvtier_layer_root name out_var)
   set(allowed ${name})
-  foreach(dep IN LISTS M_DEPS)
+  foreach(dep IN LISTS ARGN)
     get_property(dep_allowed GLOBAL PROPERTY KVTIER_ALLOWED_${dep})
+    if(NOT dep_allowed)
+      message(FATAL_ERROR "${name}: unknown module '${dep}' (declare it first)")
+    endif()
     list(APPEND allowed ${dep_allowed})
   endforeach()
   list(REMOVE_DUPLICATES allowed)
@@ -20,6 +25,12 @@ function(kvtier_module name)
   foreach(mod IN LISTS allowed)
     file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${mod} ${root}/${mod} SYMBOLIC)
   endforeach()
+  set(${out_var} ${root} PARENT_SCOPE)
+endfunction()
+
+function(kvtier_module name)
+  cmake_parse_arguments(M "" "" "SRCS;DEPS;LIBS" ${ARGN})
+  kvtier_layer_root(${name} root ${M_DEPS})
 
   add_library(kvtier_${name} ${M_SRCS})
   add_library(kvtier::${name} ALIAS kvtier_${name})
@@ -31,4 +42,24 @@ function(kvtier_module name)
     target_link_libraries(kvtier_${name} ${M_LIBS})
   endif()
   kvtier_set_warnings(kvtier_${name})
+endfunction()
+
+# kvtier_program(<target> FOLDER <folder> SRCS <files...> DEPS <kvtier modules...> [LIBS ...])
+#
+# A program whose sources are a top-level folder of their own (cli/: the
+# kvtier command), on the top floor: it may include its own folder and the
+# modules it links (DEPS, transitively), through the same kind of include
+# root as a module, and nothing else.
+function(kvtier_program target)
+  cmake_parse_arguments(P "" "FOLDER" "SRCS;DEPS;LIBS" ${ARGN})
+  kvtier_layer_root(${P_FOLDER} root ${P_DEPS})
+  add_executable(${target} ${P_SRCS})
+  target_include_directories(${target} PRIVATE ${root})
+  foreach(dep IN LISTS P_DEPS)
+    target_link_libraries(${target} PRIVATE kvtier_${dep})
+  endforeach()
+  if(P_LIBS)
+    target_link_libraries(${target} PRIVATE ${P_LIBS})
+  endif()
+  kvtier_set_warnings(${target})
 endfunction()

@@ -4,7 +4,7 @@
 
 namespace kvtier::daemon {
 
-using tiers::BlockEvent;
+using engine::BlockEvent;
 
 const char* MediumOf(tiers::TierKind tier) {
   switch (tier) {
@@ -20,7 +20,7 @@ const char* MediumOf(tiers::TierKind tier) {
   return "";
 }
 
-EventFeed::EventFeed(tiers::CacheEngine& engine, KvEventPublisher& publisher,
+EventFeed::EventFeed(engine::CacheEngine& engine, KvEventPublisher& publisher,
                      std::string topic_prefix)
     : engine_(engine), publisher_(publisher), prefix_(std::move(topic_prefix)) {}
 
@@ -58,13 +58,13 @@ void EventFeed::Flush() {
     ev.medium = medium;
     if (kind == KvEvent::Kind::kStored) {
       if (e.parent) ev.parent_hash = e.parent->lo;
-      const tiers::NamespaceSpec* spec = engine_.FindNamespace(e.ns);
+      const engine::NamespaceSpec* spec = engine_.FindNamespace(e.ns);
       ev.block_size = spec != nullptr ? spec->layout.block_tokens : 0;
     }
     out.push_back(std::move(ev));
   }
   for (prefix_index::NamespaceId ns : order) {
-    const tiers::NamespaceSpec* spec = engine_.FindNamespace(ns);
+    const engine::NamespaceSpec* spec = engine_.FindNamespace(ns);
     publisher_.Publish(prefix_ + (spec != nullptr ? spec->model : std::string()),
                        std::move(batches[ns]));
   }

@@ -18,14 +18,14 @@
 #include <vector>
 
 #include "daemon/kv_events.h"
-#include "tiers/cache_engine.h"
+#include "engine/cache_engine.h"
 
 namespace kvtier::daemon {
 
 class EventFeed {
  public:
   // Both must outlive the feed.
-  EventFeed(tiers::CacheEngine& engine, KvEventPublisher& publisher, std::string topic_prefix);
+  EventFeed(engine::CacheEngine& engine, KvEventPublisher& publisher, std::string topic_prefix);
 
   // Publishes what the engine recorded since the last Flush.
   void Flush();
@@ -35,10 +35,10 @@ class EventFeed {
   void Cleared();
 
  private:
-  tiers::CacheEngine& engine_;
+  engine::CacheEngine& engine_;
   KvEventPublisher& publisher_;
   const std::string prefix_;
-  std::vector<tiers::BlockEvent> scratch_;
+  std::vector<engine::BlockEvent> scratch_;
 };
 
 // The medium vLLM's events name a tier by.

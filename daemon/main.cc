@@ -17,7 +17,7 @@
 #include "daemon/metrics.h"
 #include "daemon/server.h"
 #include "daemon/service.h"
-#include "tiers/cache_engine.h"
+#include "engine/cache_engine.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -83,9 +83,9 @@ Result<std::unique_ptr<tiers::RemoteTier>> BuildRemoteTier(const DaemonConfig& c
   return remote;
 }
 
-Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(
-    const DaemonConfig& c, tiers::IoExecutor* io, tiers::IoExecutor* copies,
-    tiers::IoExecutor* remote_io, std::unique_ptr<tiers::RemoteTier> remote,
+Result<std::unique_ptr<engine::CacheEngine>> BuildEngine(
+    const DaemonConfig& c, engine::IoExecutor* io, engine::IoExecutor* copies,
+    engine::IoExecutor* remote_io, std::unique_ptr<tiers::RemoteTier> remote,
     const std::string& keys_secret_id, std::function<void()> events_ready) {
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<tiers::Tier> device, BuildDeviceTier(c));
   tiers::ArenaTierOptions host_options{c.host_capacity_bytes, c.host_slab_bytes,
@@ -106,7 +106,7 @@ Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(
     if (!opened) return opened.status().WithContext("ssd tier at " + c.ssd_dir);
     ssd = std::move(opened).value();
   }
-  tiers::EngineOptions options;
+  engine::EngineOptions options;
   options.host_policy = c.host_policy;
   options.device_policy = c.device_policy;
   options.ssd_policy = c.ssd_policy;
@@ -119,8 +119,8 @@ Result<std::unique_ptr<tiers::CacheEngine>> BuildEngine(
   options.remote_write_through = c.remote_write_through;
   options.record_events = c.events_enabled;
   options.events_ready = std::move(events_ready);
-  return tiers::CacheEngine::Create(options, std::move(device), std::move(host), std::move(ssd),
-                                    std::move(remote));
+  return engine::CacheEngine::Create(options, std::move(device), std::move(host), std::move(ssd),
+                                     std::move(remote));
 }
 
 // io_context::run(), but after each burst of work the thread keeps polling
@@ -142,16 +142,16 @@ int Run(const DaemonConfig& config) {
   asio::io_context io(1);
   // Declared before the executor, so the executor (which joins its threads)
   // goes first at teardown, once every completion has run.
-  std::unique_ptr<tiers::CacheEngine> engine;
-  std::unique_ptr<tiers::IoExecutor> ssd_io = tiers::NewThreadPoolExecutor(
+  std::unique_ptr<engine::CacheEngine> engine;
+  std::unique_ptr<engine::IoExecutor> ssd_io = engine::NewThreadPoolExecutor(
       config.ssd_io_threads, config.ssd_queue,
       [&io](std::function<void()> done) { asio::post(io, std::move(done)); });
   // GPU copies get threads of their own, so they never queue behind disk I/O.
-  std::unique_ptr<tiers::IoExecutor> copies = tiers::NewThreadPoolExecutor(
+  std::unique_ptr<engine::IoExecutor> copies = engine::NewThreadPoolExecutor(
       2, 256, [&io](std::function<void()> done) { asio::post(io, std::move(done)); });
   // The remote tier's calls get threads of their own, so a slow cluster
   // never delays the disk.
-  std::unique_ptr<tiers::IoExecutor> remote_io;
+  std::unique_ptr<engine::IoExecutor> remote_io;
   std::unique_ptr<tiers::RemoteTier> remote;
   std::vector<std::byte> deployment_secret;
   if (!config.remote_seeds.empty()) {
@@ -167,7 +167,7 @@ int Run(const DaemonConfig& config) {
       return 1;
     }
     remote = std::move(connected).value();
-    remote_io = tiers::NewThreadPoolExecutor(
+    remote_io = engine::NewThreadPoolExecutor(
         config.remote_io_threads, config.remote_queue,
         [&io](std::function<void()> done) { asio::post(io, std::move(done)); });
   }
@@ -252,9 +252,9 @@ int Run(const DaemonConfig& config) {
     metrics = std::move(started).value();
   }
 
-  const tiers::EngineStats stats = engine->Stats();
+  const engine::EngineStats stats = engine->Stats();
   const std::string* policies[] = {&config.device_policy, &config.host_policy, &config.ssd_policy};
-  for (const tiers::TierStats& t : stats.tiers) {
+  for (const engine::TierStats& t : stats.tiers) {
     if (t.present) {
       const bool is_ssd = t.kind == tiers::TierKind::kSsd;
       Log(LogLevel::kInfo,

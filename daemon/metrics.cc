@@ -18,11 +18,11 @@
 namespace kvtier::daemon {
 namespace {
 
+using engine::TierStats;
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 using protocol::Opcode;
-using tiers::TierStats;
 
 // How long a scrape waits for the engine's thread to take a snapshot.
 constexpr auto kSnapshotWait = std::chrono::seconds(3);
@@ -113,7 +113,7 @@ class Families {
   // One counter per way a hint's protection ended, labelled outcome=.
   void HintOutcomes(const char* name, const char* help) {
     MetricFamily& f = Add(name, MetricType::Counter, help);
-    const tiers::EngineStats& e = s_.engine;
+    const engine::EngineStats& e = s_.engine;
     for (const auto& [outcome, n] :
          {std::pair{"used", e.hints_used}, std::pair{"expired", e.hints_expired},
           std::pair{"yielded", e.hints_yielded}, std::pair{"withdrawn", e.hints_withdrawn}}) {
@@ -175,7 +175,7 @@ class Families {
 std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
   constexpr MetricType kCounter = MetricType::Counter;
   constexpr MetricType kGauge = MetricType::Gauge;
-  const tiers::EngineStats& e = s.engine;
+  const engine::EngineStats& e = s.engine;
   Families f(s);
   // First: BuildFamilies labels it with the version below.
   f.Scalar("kvtier_build_info", kGauge, "Always 1; the version label says which kvtierd runs", 1);
@@ -448,7 +448,7 @@ std::string OpLabel(Opcode op) {
 }
 
 std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapshot& s) {
-  const tiers::EngineStats& st = s.engine;
+  const engine::EngineStats& st = s.engine;
   std::vector<std::pair<std::string, std::string>> out;
   auto add = [&](std::string name, auto value) { Add(&out, std::move(name), Text(value)); };
   add("version", Version());

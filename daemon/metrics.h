@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "common/result.h"
+#include "engine/cache_engine.h"
 #include "protocol/wire.h"
-#include "tiers/cache_engine.h"
 
 namespace kvtier::daemon {
 
@@ -81,7 +81,7 @@ std::string RefusalLabel(Refusal why);
 
 // Every figure kvtierd reports, at one instant. Taken on the engine's thread.
 struct DaemonSnapshot {
-  tiers::EngineStats engine;
+  engine::EngineStats engine;
   uint64_t sessions = 0;         // connections open now
   uint64_t sessions_opened = 0;  // since start
   uint64_t requests = 0;

@@ -49,13 +49,13 @@ WireTier ToWire(TierKind t) {
   return WireTier::kSsd;
 }
 
-WireWriteState ToWire(tiers::WriteState s) {
+WireWriteState ToWire(engine::WriteState s) {
   switch (s) {
-    case tiers::WriteState::kAllocated:
+    case engine::WriteState::kAllocated:
       return WireWriteState::kAllocated;
-    case tiers::WriteState::kExists:
+    case engine::WriteState::kExists:
       return WireWriteState::kExists;
-    case tiers::WriteState::kSkipped:
+    case engine::WriteState::kSkipped:
       return WireWriteState::kSkipped;
   }
   return WireWriteState::kSkipped;
@@ -81,26 +81,26 @@ std::vector<std::byte> MasterSecret(const std::string& hex, std::span<const std:
 
 }  // namespace
 
-Service::Service(tiers::CacheEngine& engine, const DaemonConfig& config,
+Service::Service(engine::CacheEngine& engine, const DaemonConfig& config,
                  asio::thread_pool& copy_pool, std::span<const std::byte> persistent_secret)
     : engine_(engine),
       config_(config),
       copy_pool_(copy_pool),
       master_secret_(MasterSecret(config.secret_hex, persistent_secret)) {}
 
-asio::awaitable<Result<tiers::Lease>> Service::Acquire(prefix_index::NamespaceId ns,
-                                                       std::span<const prefix_index::BlockKey> keys,
-                                                       tiers::TierKind tier) {
+asio::awaitable<Result<engine::Lease>> Service::Acquire(
+    prefix_index::NamespaceId ns, std::span<const prefix_index::BlockKey> keys,
+    tiers::TierKind tier) {
   // The completion runs on this (the engine's) thread, either inside
   // AcquireAsync or later from an ssd read; a timer cancelled by it wakes
   // the coroutine in the second case.
   struct Wait {
     explicit Wait(const asio::any_io_executor& ex) : timer(ex) {}
-    std::optional<Result<tiers::Lease>> result;
+    std::optional<Result<engine::Lease>> result;
     asio::steady_timer timer;
   };
   auto wait = std::make_shared<Wait>(co_await asio::this_coro::executor);
-  engine_.AcquireAsync(ns, keys, tier, [wait](Result<tiers::Lease> r) {
+  engine_.AcquireAsync(ns, keys, tier, [wait](Result<engine::Lease> r) {
     wait->result.emplace(std::move(r));
     wait->timer.cancel();
   });
@@ -115,7 +115,7 @@ asio::awaitable<Result<tiers::Lease>> Service::Acquire(prefix_index::NamespaceId
 asio::awaitable<Status> Service::Lookup(SessionState& s, const FrameHeader& h,
                                         const protocol::KeysRequest& r, Reply* reply) {
   if (!engine_.has_remote()) {  // nothing to wait for: no timer, no allocation
-    Result<tiers::LookupResult> found = engine_.Lookup(s.ns, r.keys);
+    Result<engine::LookupResult> found = engine_.Lookup(s.ns, r.keys);
     if (!found) co_return found.status();
     protocol::LookupReply rep;
     for (TierKind t : found->tiers) rep.tiers.push_back(ToWire(t));
@@ -126,11 +126,11 @@ asio::awaitable<Status> Service::Lookup(SessionState& s, const FrameHeader& h,
   // remote tier answers.
   struct Wait {
     explicit Wait(const asio::any_io_executor& ex) : timer(ex) {}
-    std::optional<Result<tiers::LookupResult>> result;
+    std::optional<Result<engine::LookupResult>> result;
     asio::steady_timer timer;
   };
   auto wait = std::make_shared<Wait>(co_await asio::this_coro::executor);
-  engine_.LookupAsync(s.ns, r.keys, [wait](Result<tiers::LookupResult> found) {
+  engine_.LookupAsync(s.ns, r.keys, [wait](Result<engine::LookupResult> found) {
     wait->result.emplace(std::move(found));
     wait->timer.cancel();
   });
@@ -309,15 +309,15 @@ Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Reques
                 " open allocations, the most allowed (server.max_allocations_per_session); "
                 "commit or abort one first"));
       }
-      KVTIER_ASSIGN_OR_RETURN(tiers::Allocation a,
+      KVTIER_ASSIGN_OR_RETURN(engine::Allocation a,
                               engine_.Allocate(s.ns, r.parent, r.keys, ToTier(r.tier)));
       protocol::AllocateReply rep;
       rep.allocation_id = a.id();
       rep.tier = r.tier;
       for (size_t i = 0; i < a.size(); ++i) {
         rep.states.push_back(ToWire(a.state(i)));
-        rep.offsets.push_back(a.state(i) == tiers::WriteState::kAllocated ? a.location(i).offset
-                                                                          : 0);
+        rep.offsets.push_back(a.state(i) == engine::WriteState::kAllocated ? a.location(i).offset
+                                                                           : 0);
       }
       s.allocations.emplace(a.id(), std::move(a));
       protocol::EncodeAllocateReply(h.request_id, rep, out);
@@ -330,7 +330,7 @@ Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Reques
       if (it == s.allocations.end()) {
         return NotFoundError(Str("allocation ", id, " is not open in this session"));
       }
-      tiers::Allocation a = std::move(it->second);
+      engine::Allocation a = std::move(it->second);
       s.allocations.erase(it);
       if (h.opcode == Opcode::kCommit) {
         KVTIER_RETURN_IF_ERROR(a.Commit());
@@ -430,12 +430,12 @@ asio::awaitable<Status> Service::Put(SessionState& s, const FrameHeader& h,
   }
   auto allocated = engine_.Allocate(s.ns, r.parent, r.keys, TierKind::kHost);
   if (!allocated) co_return allocated.status();
-  tiers::Allocation a = std::move(allocated).value();
+  engine::Allocation a = std::move(allocated).value();
   // The slots are pinned and invisible until Commit, so filling them off the
   // engine's thread races with nothing.
   co_await Copy(a.allocated() * s.block_bytes, [&] {
     for (size_t i = 0; i < a.size(); ++i) {
-      if (a.state(i) != tiers::WriteState::kAllocated) continue;
+      if (a.state(i) != engine::WriteState::kAllocated) continue;
       std::memcpy(a.Bytes(i).data(), r.data.data() + i * s.block_bytes, s.block_bytes);
     }
   });
@@ -454,9 +454,9 @@ asio::awaitable<Status> Service::AcquireRequest(SessionState& s, const FrameHead
         Str("this session holds ", s.leases.size(),
             " leases, the most allowed (server.max_leases_per_session); release one first"));
   }
-  Result<tiers::Lease> acquired = co_await Acquire(s.ns, r.keys, ToTier(r.tier));
+  Result<engine::Lease> acquired = co_await Acquire(s.ns, r.keys, ToTier(r.tier));
   if (!acquired) co_return acquired.status();
-  tiers::Lease lease = std::move(acquired).value();
+  engine::Lease lease = std::move(acquired).value();
   protocol::AcquireReply rep;
   rep.lease_id = lease.id();
   rep.tier = r.tier;
@@ -473,7 +473,7 @@ asio::awaitable<Status> Service::Get(SessionState& s, const FrameHeader& h,
   const auto keys = std::span(r.keys).first(std::min<size_t>(r.keys.size(), fit));
   auto acquired = co_await Acquire(s.ns, keys, TierKind::kHost);
   if (!acquired) co_return acquired.status();
-  tiers::Lease lease = std::move(acquired).value();
+  engine::Lease lease = std::move(acquired).value();
   const auto hits = static_cast<uint32_t>(lease.size());
   std::span<std::byte> data =
       protocol::EncodeGetReplyPrefix(h.request_id, hits, s.block_bytes, &reply->frame);

@@ -18,8 +18,8 @@
 #include "daemon/kv_events.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "engine/cache_engine.h"
 #include "protocol/wire.h"
-#include "tiers/cache_engine.h"
 
 namespace kvtier::daemon {
 
@@ -40,8 +40,8 @@ struct SessionState {
   bool attached = false;
   prefix_index::NamespaceId ns = 0;
   uint64_t block_bytes = 0;
-  std::unordered_map<uint64_t, tiers::Allocation> allocations;
-  std::unordered_map<uint64_t, tiers::Lease> leases;
+  std::unordered_map<uint64_t, engine::Allocation> allocations;
+  std::unordered_map<uint64_t, engine::Lease> leases;
 };
 
 // A reply frame, the fds to pass with it, and whether to close afterwards.
@@ -57,7 +57,7 @@ class Service {
   // derive from config.secret_hex if set, else from `persistent_secret`
   // (the ssd tier's, so keys outlive a restart) if not empty, else from a
   // random secret.
-  Service(tiers::CacheEngine& engine, const DaemonConfig& config, asio::thread_pool& copy_pool,
+  Service(engine::CacheEngine& engine, const DaemonConfig& config, asio::thread_pool& copy_pool,
           std::span<const std::byte> persistent_secret);
 
   uint64_t OpenSession();
@@ -100,14 +100,14 @@ class Service {
   std::array<std::byte, protocol::kNamespaceSecretBytes> NamespaceSecret(
       const std::string& model, const std::string& salt) const;
   // AcquireAsync, awaited: promotions from the ssd complete meanwhile.
-  asio::awaitable<Result<tiers::Lease>> Acquire(prefix_index::NamespaceId ns,
-                                                std::span<const prefix_index::BlockKey> keys,
-                                                tiers::TierKind tier);
+  asio::awaitable<Result<engine::Lease>> Acquire(prefix_index::NamespaceId ns,
+                                                 std::span<const prefix_index::BlockKey> keys,
+                                                 tiers::TierKind tier);
   // Runs `copy` on the copy pool when it moves many bytes, inline otherwise.
   template <typename F>
   asio::awaitable<void> Copy(uint64_t bytes, F copy);
 
-  tiers::CacheEngine& engine_;
+  engine::CacheEngine& engine_;
   const DaemonConfig& config_;
   asio::thread_pool& copy_pool_;
   const KvEventPublisher* publisher_ = nullptr;

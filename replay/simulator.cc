@@ -8,7 +8,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "tiers/cache_engine.h"
+#include "engine/cache_engine.h"
 
 namespace kvtier::replay {
 namespace {
@@ -61,7 +61,7 @@ std::vector<uint64_t> NextUses(const Trace& trace) {
 
 Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
                                  const ProgressFn& progress) {
-  tiers::EngineOptions options;
+  engine::EngineOptions options;
   options.device_policy = options.host_policy = options.ssd_policy = c.policy;
   // Plain runs count slots of one page; with quantize_lower, real bytes: an
   // fp16 block of block_bytes (one layer and head, as wide as it takes),
@@ -79,13 +79,13 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
     layout.head_dim = static_cast<uint32_t>(c.block_bytes / per_dim);
     slot = AlignUp(c.block_bytes, tiers::kSlotPageBytes);
   }
-  auto engine = tiers::CacheEngine::Create(
+  auto engine = engine::CacheEngine::Create(
       options,
       c.device_blocks ? tiers::NewMetadataTier(TierKind::kDevice, c.device_blocks * slot) : nullptr,
       tiers::NewMetadataTier(TierKind::kHost, c.host_blocks * slot),
       c.ssd_blocks ? tiers::NewMetadataTier(TierKind::kSsd, c.ssd_blocks * slot) : nullptr);
   if (!engine) return engine.status();
-  tiers::CacheEngine& e = **engine;
+  engine::CacheEngine& e = **engine;
   KVTIER_ASSIGN_OR_RETURN(const prefix_index::NamespaceId ns,
                           e.AddNamespace({"replay", "", layout, c.quantize_lower}));
 
@@ -121,12 +121,12 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
     }
     keys.clear();
     for (uint64_t id : r.ids) keys.push_back(KeyOf(r.file, id));
-    KVTIER_ASSIGN_OR_RETURN(const tiers::LookupResult found, e.Lookup(ns, keys));
+    KVTIER_ASSIGN_OR_RETURN(const engine::LookupResult found, e.Lookup(ns, keys));
     for (TierKind t : found.tiers) ++out.hits_per_tier[static_cast<size_t>(t)];
     // A hit is read (promoted into the host, as a worker's ACQUIRE would);
     // the rest of the prompt is computed and written.
     if (found.hits > 0) {
-      KVTIER_ASSIGN_OR_RETURN(tiers::Lease lease,
+      KVTIER_ASSIGN_OR_RETURN(engine::Lease lease,
                               e.Acquire(ns, std::span(keys).first(found.hits), TierKind::kHost));
       lease.Release();
     }
@@ -152,11 +152,11 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
     if (progress && out.requests % every == 0) progress(out.requests, n);
   }
   out.seconds = Now() - start;
-  const tiers::EngineStats st = e.Stats();
+  const engine::EngineStats st = e.Stats();
   out.hinted_blocks = st.hinted_blocks;
   out.hints_used = st.hints_used;
   out.hints_yielded = st.hints_yielded;
-  for (const tiers::TierStats& t : st.tiers) {
+  for (const engine::TierStats& t : st.tiers) {
     out.demotions += t.demotions_in;
     out.promotions += t.promotions_in;
     out.bytes_moved += t.bytes_in;

@@ -27,7 +27,7 @@ struct SimConfig {
   // Bytes per block, for the bytes-moved figures only (the simulation holds
   // no bytes). Default 2 MiB: a 16-token block of an 8B GQA model.
   uint64_t block_bytes = 2 << 20;
-  // Quantize on demote (tiers::NamespaceSpec::quantize_lower): the ssd
+  // Quantize on demote (engine::NamespaceSpec::quantize_lower): the ssd
   // keeps blocks in that fp8 form. The run then accounts real bytes: every
   // tier holds its capacity in blocks x block_bytes (4 KiB-rounded slots),
   // and a block on the ssd takes its fp8 size (half, plus its scales,
@@ -74,7 +74,7 @@ struct SimResult {
   // CPU seconds of the simulating thread (time the machine gave to other
   // work left out, so that runs compare on a shared machine).
   double seconds = 0;
-  // SimConfig's lookahead, and what the hints did (tiers::EngineStats).
+  // SimConfig's lookahead, and what the hints did (engine::EngineStats).
   uint64_t lookahead_requests = 0;
   double lookahead_seconds = 0;
   uint64_t hinted_blocks = 0;  // protections begun

@@ -23,5 +23,5 @@ else
   socket=${XDG_RUNTIME_DIR:-/tmp}/kvtier/kvtierd.sock
 fi
 echo "kvtierd: starting on $socket" >&2
-echo "kvtierd: try '$build/client/kvtier stats --socket $socket' in another shell" >&2
+echo "kvtierd: try '$build/cli/kvtier stats --socket $socket' in another shell" >&2
 exec "$build/daemon/kvtierd" --config deploy/kvtierd.toml --socket "$socket" "$@"

@@ -10,7 +10,7 @@
 #              with a real transformers model.
 #   3. asan    clang, AddressSanitizer + UndefinedBehaviorSanitizer (and the
 #              fuzz targets): runs every test but the build-system ones.
-#   4. tsan    clang, ThreadSanitizer: the engine (tiers) and daemon tests,
+#   4. tsan    clang, ThreadSanitizer: the tiers, engine and daemon tests,
 #              less those that drive the real RocksDB (not TSan-instrumented).
 #   5. fuzz    each libFuzzer target for KVTIER_CI_FUZZ_SECONDS over its corpus.
 #
@@ -173,7 +173,7 @@ tsan_build="$build-tsan"
 tsan_excluded='^((SsdStoreTest|SsdEngineTest|SsdRestartTest|QuantizeLowerTest|Forms/QuantizeRoundTripTest|MetricsTest|RemoteStoreFailoverTest|RemoteStoreMaxmemoryTest|RemoteStoreDownTest)\.|DaemonHintTest\.AHintedSsdBlock|RemoteStoreTest\.FollowsMovedAndAsk)'
 stage_tsan() {
   configure_clang "$tsan_build" -DKVTIER_SANITIZE=thread
-  cmake --build "$tsan_build" -j"$jobs" --target tiers_test daemon_test kvtierd kvtier
+  cmake --build "$tsan_build" -j"$jobs" --target tiers_test engine_test daemon_test kvtierd kvtier
   local logs="$PWD/$tsan_build/sanitizer-logs" failed=0
   rm -rf "$logs" && mkdir -p "$logs"
   # Without address-space randomization: clang 14's TSan runtime refuses to
@@ -182,7 +182,7 @@ stage_tsan() {
   if setarch "$(uname -m)" -R true 2>/dev/null; then norandom=(setarch "$(uname -m)" -R); fi
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/cmake/tsan.supp:log_path=$logs/tsan:external_symbolizer_path=$symbolizer" \
     "${norandom[@]}" ctest --test-dir "$tsan_build" --output-on-failure -j"$jobs" --timeout 900 \
-      -L '^(tiers|daemon)$' -E "$tsan_excluded" || failed=1
+      -L '^(tiers|engine|daemon)$' -E "$tsan_excluded" || failed=1
   check_sanitizer_logs "$logs" || failed=1
   return $failed
 }

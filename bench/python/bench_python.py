@@ -84,7 +84,7 @@ def bench_lookup(build: Path, sock: str, rounds: int, seconds: float) -> dict:
                     py.append(n / seconds)
                 else:
                     out = subprocess.run(
-                        [str(build / "client" / "kvtier"), "bench", "--op", "lookup", "--clients",
+                        [str(build / "cli" / "kvtier"), "bench", "--op", "lookup", "--clients",
                          "1", "--keys", str(prompts), "--blocks", str(blocks), "--seconds",
                          str(seconds), "--json"] + common,
                         capture_output=True, text=True, check=True)

@@ -3,7 +3,7 @@
 # `kvtier replay` (hints, CacheEngine::Hint) on the traces the project
 # carries, at the capacities of the policy sweeps (docs/replay/*.csv).
 #
-#   docs/replay/lookahead.sh [path/to/kvtier]     (default: build/client/kvtier)
+#   docs/replay/lookahead.sh [path/to/kvtier]     (default: build/cli/kvtier)
 #
 # Per trace: lookahead-<trace>.txt (the tables, with the share of the
 # LRU->OPT gap closed), .csv and .json (both sweeps, plain lru and opt
@@ -12,7 +12,7 @@
 # sweeps per trace.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-kvtier=${1:-build/client/kvtier}
+kvtier=${1:-build/cli/kvtier}
 out=docs/replay
 
 sweep() {  # name, capacities, trace files...

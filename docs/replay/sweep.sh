@@ -2,7 +2,7 @@
 # Regenerates the policy sweeps of `kvtier replay` on the traces the project
 # carries (the README's "Eviction: which policy where" reads them):
 #
-#   docs/replay/sweep.sh [path/to/kvtier]     (default: build/client/kvtier)
+#   docs/replay/sweep.sh [path/to/kvtier]     (default: build/cli/kvtier)
 #
 # - mooncake.{csv,json,svg}, kv-cache-tester.{csv,json,svg}: every policy and
 #   OPT at a few capacities (the kv-cache-tester files interleaved by time);
@@ -21,7 +21,7 @@
 #   too short to time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-kvtier=${1:-build/client/kvtier}
+kvtier=${1:-build/cli/kvtier}
 out=docs/replay
 all=lru,leaf-lru,lfu,s3fifo,priority,adaptive,opt
 kvct=(tests/data/kv-cache-tester/*.json)

@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("KVTIER_BUILD_DIR", REPO / "build-test"))
 KVTIERD = BUILD / "daemon" / "kvtierd"
-KVTIER_CLI = BUILD / "client" / "kvtier"
+KVTIER_CLI = BUILD / "cli" / "kvtier"
 
 # Tests build tiny models from a config; nothing may come from a hub.
 os.environ["HF_HUB_OFFLINE"] = "1"

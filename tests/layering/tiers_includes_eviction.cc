@@ -1,4 +1,3 @@
-// Must compile: tiers/ may use eviction/ and prefix_index/.
+// Must not compile: tiers/ knows no eviction policy: the engine decides what lives where (DESIGN.md
+// §2).
 #include "eviction/eviction_policy.h"
-#include "prefix_index/prefix_index.h"
-#include "tiers/tier.h"

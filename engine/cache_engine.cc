@@ -1,0 +1,415 @@
+// The CacheEngine's core (engine/cache_engine.h): construction, namespaces,
+// what the policies are told, and the block's life in the tiers — pins,
+// making room, eviction and demotion, moves between memory tiers, drops,
+// and tier membership. The other concerns have files of their own, named
+// for them: handles.cc, lookup_acquire.cc, writes.cc, moves.cc,
+// write_through.cc, recovery.cc, remote.cc, hints.cc, events.cc, stats.cc,
+// checks.cc. One class, one thread (the header's contract).
+#include "engine/cache_engine.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <utility>
+
+namespace kvtier::engine {
+
+using prefix_index::EntryId;
+using prefix_index::kNoEntry;
+using tiers::RemoteNamespaceId;
+
+namespace {
+
+// The remote tier's name and layout for a namespace's blocks: those of the
+// form they are kept in, so nodes that keep a model's blocks in fp8 share
+// them among themselves, never with nodes that keep them as written.
+RemoteNamespace RemoteNamespaceOf(const NamespaceSpec& spec) {
+  const Layout stored = StoredLayout(spec.layout, spec.quantize_lower);
+  return {RemoteNamespaceId(spec.model, spec.salt, stored), stored};
+}
+
+// A block's fingerprint for its policy (BlockMeta::fingerprint): the same
+// in the tier's Insert as in the lookups' chains (Referenced), so that an
+// adaptive policy can tell which of the tier's blocks it samples.
+uint64_t Fingerprint(NamespaceId ns, const BlockKey& key) {
+  const uint64_t salt = (uint64_t{ns} + 1) * 0x9e3779b97f4a7c15ULL;  // namespaces apart
+  return prefix_index::BlockKeyHash{}(key) ^ salt;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& options,
+                                                         std::unique_ptr<Tier> device,
+                                                         std::unique_ptr<Tier> host,
+                                                         std::unique_ptr<Tier> ssd,
+                                                         std::unique_ptr<RemoteTier> remote) {
+  if (options.clock == nullptr) return InvalidArgumentError("EngineOptions.clock is null");
+  if (host == nullptr) return InvalidArgumentError("the host tier is required");
+  if (host->kind() != TierKind::kHost) return InvalidArgumentError("host tier of the wrong kind");
+  if (device != nullptr && device->kind() != TierKind::kDevice) {
+    return InvalidArgumentError("device tier of the wrong kind");
+  }
+  if (ssd != nullptr && ssd->kind() != TierKind::kSsd) {
+    return InvalidArgumentError("ssd tier of the wrong kind");
+  }
+  for (const Tier* t : {device.get(), host.get()}) {
+    if (t != nullptr && t->io_bound()) {
+      return InvalidArgumentError("only the ssd tier may do blocking I/O");
+    }
+  }
+  if (ssd != nullptr && ssd->io_bound() && options.io == nullptr) {
+    return InvalidArgumentError("an io_bound ssd tier needs EngineOptions.io");
+  }
+  if (remote != nullptr && options.remote_io == nullptr) {
+    return InvalidArgumentError("a remote tier needs EngineOptions.remote_io");
+  }
+  std::unique_ptr<CacheEngine> engine(new CacheEngine(options, std::move(device), std::move(host),
+                                                      std::move(ssd), std::move(remote)));
+  const std::pair<TierKind, const std::string*> wanted[] = {
+      {TierKind::kDevice, &options.device_policy},
+      {TierKind::kHost, &options.host_policy},
+      {TierKind::kSsd, &options.ssd_policy}};
+  for (const auto& [kind, name] : wanted) {
+    if (engine->tier(kind) == nullptr) continue;
+    auto policy = eviction::NewPolicy(*name, *options.clock);
+    if (!policy) return policy.status().WithContext(std::string(TierKindName(kind)) + " tier");
+    (*policy)->SetVictimsDemoted(engine->LowerTier(kind).has_value());
+    engine->policies_[Index(kind)] = std::move(policy).value();
+    engine->references_wanted_ |= engine->policies_[Index(kind)]->wants_references();
+  }
+  return engine;
+}
+
+CacheEngine::CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> device,
+                         std::unique_ptr<Tier> host, std::unique_ptr<Tier> ssd,
+                         std::unique_ptr<RemoteTier> remote)
+    : clock_(*options.clock),
+      io_(options.io),
+      copy_(options.copy != nullptr ? options.copy : options.io),
+      ssd_pause_ns_(options.ssd_pause_ns),
+      write_through_(options.ssd_write_through),
+      log_(options.log),
+      remote_(std::move(remote)),
+      remote_io_(options.remote_io),
+      remote_write_through_(options.remote_write_through),
+      record_events_(options.record_events),
+      events_ready_(options.events_ready),
+      max_hinted_per_owner_(options.max_hinted_blocks_per_owner) {
+  tiers_[Index(TierKind::kDevice)] = std::move(device);
+  tiers_[Index(TierKind::kHost)] = std::move(host);
+  tiers_[Index(TierKind::kSsd)] = std::move(ssd);
+  for (size_t i = 0; i < kNumTierKinds; ++i) stats_.tiers[i].kind = static_cast<TierKind>(i);
+}
+
+CacheEngine::~CacheEngine() {
+  assert(allocations_.empty() && leases_.empty() &&
+         "Allocations and Leases must be destroyed before the engine");
+  assert(moves_in_flight_ == 0 && "every I/O completion must run before the engine goes");
+  assert(remote_in_flight_ == 0 && "every remote completion must run before the engine goes");
+}
+
+Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
+  KVTIER_RETURN_IF_ERROR(spec.layout.Validate());
+  KVTIER_RETURN_IF_ERROR(CheckQuantize(spec.layout, spec.quantize_lower));
+  for (size_t i = 0; i < namespaces_.size(); ++i) {
+    NamespaceSpec& known = namespaces_[i];
+    if (known.model != spec.model || known.salt != spec.salt) continue;
+    if (known.layout != spec.layout) {
+      return InvalidArgumentError("namespace '" + spec.model + "' is registered with layout " +
+                                  known.layout.ToString() + ", not " + spec.layout.ToString());
+    }
+    if (!ns_decided_[i]) {  // restored from the ssd: the first worker decides
+      known.quantize_lower = spec.quantize_lower;
+      ns_decided_[i] = true;
+      remote_ns_[i] = RemoteNamespaceOf(known);
+    } else if (known.quantize_lower != spec.quantize_lower) {
+      return InvalidArgumentError(
+          "namespace '" + spec.model + "' keeps its lower tiers as quantize_lower " +
+          std::string(QuantizeName(known.quantize_lower)) + " (the first worker's choice), not " +
+          std::string(QuantizeName(spec.quantize_lower)) +
+          ": give every worker of a model the same setting");
+    }
+    return static_cast<NamespaceId>(i);
+  }
+  const uint64_t bytes = spec.layout.BlockBytes();
+  for (const auto& t : tiers_) {
+    if (t != nullptr && t->SlotBytes(bytes) > t->capacity_bytes()) {
+      return InvalidArgumentError("a block of " + std::to_string(bytes) +
+                                  " bytes does not fit the " +
+                                  std::string(TierKindName(t->kind())) + " tier");
+    }
+  }
+  uint32_t tier_ns = 0;
+  if (Tier* ssd = tier(TierKind::kSsd)) {
+    KVTIER_ASSIGN_OR_RETURN(tier_ns, ssd->RegisterNamespace(spec.model, spec.salt, spec.layout));
+  }
+  namespaces_.push_back(spec);
+  block_bytes_.push_back(bytes);
+  tier_ns_.push_back(tier_ns);
+  ns_decided_.push_back(true);
+  remote_ns_.push_back(RemoteNamespaceOf(spec));
+  return static_cast<NamespaceId>(namespaces_.size() - 1);
+}
+
+const NamespaceSpec* CacheEngine::FindNamespace(NamespaceId ns) const {
+  return ns < namespaces_.size() ? &namespaces_[ns] : nullptr;
+}
+
+std::optional<NamespaceId> CacheEngine::FindNamespace(std::string_view model,
+                                                      std::string_view salt) const {
+  for (size_t i = 0; i < namespaces_.size(); ++i) {
+    if (namespaces_[i].model == model && namespaces_[i].salt == salt) {
+      return static_cast<NamespaceId>(i);
+    }
+  }
+  return std::nullopt;
+}
+
+Status CacheEngine::CheckNamespace(NamespaceId ns) const {
+  if (ns >= namespaces_.size()) return InvalidArgumentError("unknown namespace");
+  return Status::Ok();
+}
+
+Status CacheEngine::CheckTarget(TierKind kind) const {
+  if (kind == TierKind::kSsd || kind == TierKind::kRemote) {
+    return InvalidArgumentError("blocks are read and written in the device or host tier");
+  }
+  if (tier(kind) == nullptr) {
+    return InvalidArgumentError("there is no " + std::string(TierKindName(kind)) + " tier");
+  }
+  return Status::Ok();
+}
+
+void CacheEngine::TellReferences(NamespaceId ns, std::span<const BlockKey> keys) {
+  if (!references_wanted_) return;
+  chain_fingerprints_.clear();
+  for (const BlockKey& key : keys) chain_fingerprints_.push_back(Fingerprint(ns, key));
+  for (const auto& p : policies_) {
+    if (p != nullptr && p->wants_references()) p->Referenced(chain_fingerprints_);
+  }
+}
+
+uint64_t CacheEngine::BlockBytes(EntryId id) const { return block_bytes_[index_.ns(id)]; }
+
+uint64_t CacheEngine::StoredBytes(NamespaceId ns, Quantize q) const {
+  return q == Quantize::kOff ? block_bytes_[ns] : StoredLayout(LayoutOf(ns), q).BlockBytes();
+}
+
+uint64_t CacheEngine::BytesInTier(EntryId id) const {
+  const Block& b = blocks_[id];
+  return b.tier == TierKind::kSsd ? StoredBytes(index_.ns(id), b.stored) : BlockBytes(id);
+}
+
+eviction::BlockMeta CacheEngine::MetaOf(EntryId id) const {
+  const Block& b = blocks_[id];
+  eviction::BlockMeta meta;
+  meta.size_bytes = BytesInTier(id);
+  meta.priority = b.priority;
+  meta.priority_expires_at = b.priority_until;
+  meta.pinned = b.pins > 0 || b.hinted;  // a hint protects as a pin does, until it yields
+  meta.children_in_tier = b.children_in_tier;
+  // (Also lets S3-FIFO's ghosts survive id reuse.)
+  meta.fingerprint = Fingerprint(index_.ns(id), index_.key(id));
+  return meta;
+}
+
+BlockLocation CacheEngine::LocationOf(EntryId id) const {
+  const Block& b = blocks_[id];
+  return BlockLocation{b.tier, b.slot, tiers_[Index(b.tier)]->SlotOffset(b.slot)};
+}
+
+std::span<std::byte> CacheEngine::BytesAt(const BlockLocation& loc, uint64_t bytes) {
+  return tiers_[Index(loc.tier)]->HostView(loc.slot, bytes);
+}
+
+std::optional<TierKind> CacheEngine::LowerTier(TierKind kind) const {
+  for (size_t i = Index(kind) + 1; i < kNumTierKinds; ++i) {
+    if (tiers_[i] != nullptr) return static_cast<TierKind>(i);
+  }
+  return std::nullopt;
+}
+
+void CacheEngine::Pin(EntryId id, bool tell_policy) {
+  Block& b = blocks_[id];
+  if (b.pins++ == 0) {
+    ++pinned_in_tier_[Index(b.tier)];
+    if (tell_policy) PolicyOf(b.tier).Update(id, MetaOf(id));
+  }
+}
+
+void CacheEngine::Unpin(EntryId id) {
+  Block& b = blocks_[id];
+  assert(b.pins > 0);
+  if (--b.pins > 0) return;
+  --pinned_in_tier_[Index(b.tier)];
+  if (b.state == State::kDoomed || index_.orphan(id)) {
+    Drop(id);
+    return;
+  }
+  PolicyOf(b.tier).Update(id, MetaOf(id));
+}
+
+Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints) {
+  Tier& t = *tiers_[Index(kind)];
+  for (;;) {
+    Result<SlotId> slot = t.Allocate(bytes);
+    if (slot || slot.status().code() != StatusCode::kResourceExhausted) return slot;
+    const std::optional<EntryId> victim = PolicyOf(kind).Victim();
+    if (!victim) {
+      if (yield_hints && YieldHint(kind)) continue;
+      return ResourceExhaustedError("the " + std::string(TierKindName(kind)) +
+                                    " tier is full of pinned blocks");
+    }
+    Evict(*victim);
+  }
+}
+
+void CacheEngine::Evict(EntryId id) {
+  const TierKind from = blocks_[id].tier;
+  ++stats_.tiers[Index(from)].evictions;
+  // Leaving the node's memory: written back to the remote tier, from a copy
+  // made now (whether it goes to the ssd or nowhere).
+  if (from == TierKind::kHost && remote_ != nullptr) WriteRemote(id);
+  const std::optional<TierKind> lower = LowerTier(from);
+  if (lower && tiers_[Index(*lower)]->io_bound()) {
+    if (!DemoteAsync(id, *lower)) {
+      ++stats_.demotions_dropped;
+      // Making room below may have dropped it already (an orphan).
+      if (index_.live(id) && blocks_[id].pins == 0) Drop(id);
+    }
+    return;
+  }
+  if (lower) {
+    Pin(id);  // so that making room below cannot pick it
+    const Status moved = Move(id, *lower);
+    Unpin(id);  // may drop it, if an ancestor went while it moved
+    if (moved.ok() || !index_.live(id) || blocks_[id].tier != from) return;
+  }
+  Drop(id);
+}
+
+Status CacheEngine::Move(EntryId id, TierKind to) {
+  const TierKind from = blocks_[id].tier;
+  assert(blocks_[id].pins > 0 && from != to);
+  const uint64_t bytes = BlockBytes(id);
+  // A simulated ssd (replay) accounts a block in the form it would be kept
+  // in; a real one is io_bound and never moved here.
+  const Quantize form = to == TierKind::kSsd ? LowerForm(index_.ns(id)) : Quantize::kOff;
+  const uint64_t to_bytes = StoredBytes(index_.ns(id), form);
+  KVTIER_ASSIGN_OR_RETURN(const SlotId slot, MakeRoom(to, to_bytes));
+
+  Tier& src = *tiers_[Index(from)];
+  Tier& dst = *tiers_[Index(to)];
+  const SlotId old_slot = blocks_[id].slot;
+  const std::span<std::byte> src_view = src.HostView(old_slot, bytes);
+  const std::span<std::byte> dst_view = dst.HostView(slot, bytes);
+  Status copied;
+  if (!src.holds_bytes() || !dst.holds_bytes()) {
+    // A simulation: nothing to copy.
+  } else if (to_bytes != bytes || BytesInTier(id) != bytes) {
+    copied = FailedPreconditionError("a quantized block moves through the I/O path");
+  } else if (!src_view.empty() && !dst_view.empty()) {
+    std::memcpy(dst_view.data(), src_view.data(), bytes);
+  } else if (!src_view.empty()) {
+    copied = dst.Write(slot, src_view);
+  } else if (!dst_view.empty()) {
+    copied = src.Read(old_slot, dst_view);
+  } else {
+    std::vector<std::byte> bounce(bytes);
+    copied = src.Read(old_slot, bounce);
+    if (copied.ok()) copied = dst.Write(slot, bounce);
+  }
+  if (!copied.ok()) {
+    dst.Free(slot);
+    return copied;
+  }
+
+  Emit(BlockEvent::Kind::kRemoved, id, from);
+  LeaveTier(id);
+  if (to == TierKind::kSsd) blocks_[id].stored = form;
+  EnterTier(id, to, slot);
+  Emit(BlockEvent::Kind::kStored, id, to);
+  TierStats& in = stats_.tiers[Index(to)];
+  in.bytes_in += to_bytes;
+  if (Index(to) < Index(from)) {
+    ++in.promotions_in;
+  } else {
+    ++in.demotions_in;
+  }
+  return Status::Ok();
+}
+
+void CacheEngine::Drop(EntryId id) {
+  assert(blocks_[id].pins == 0);
+  // Iterative, since a chain can be thousands of blocks deep.
+  std::vector<EntryId> stack{id};
+  while (!stack.empty()) {
+    const EntryId e = stack.back();
+    stack.pop_back();
+    for (EntryId c = index_.first_child(e); c != kNoEntry; c = index_.next_sibling(c)) {
+      if (blocks_[c].pins == 0) stack.push_back(c);  // pinned ones go at their last Unpin
+    }
+    if (e != id || index_.orphan(e)) ++stats_.orphan_drops;
+    if (blocks_[e].hinted) ReleaseHint(e, &stats_.hints_withdrawn);
+    if (blocks_[e].state == State::kReady) Emit(BlockEvent::Kind::kRemoved, e, blocks_[e].tier);
+    FreeShadow(e);
+    LeaveTier(e);
+    index_.Erase(e);
+    ++stats_.dropped_blocks;
+  }
+}
+
+void CacheEngine::EnterTier(EntryId id, TierKind kind, SlotId slot) {
+  Block& b = blocks_[id];
+  b.tier = kind;
+  b.slot = slot;
+  b.children_in_tier = 0;
+  for (EntryId c = index_.first_child(id); c != kNoEntry; c = index_.next_sibling(c)) {
+    if (blocks_[c].tier == kind) ++b.children_in_tier;
+  }
+  if (b.pins > 0) ++pinned_in_tier_[Index(kind)];
+  PolicyOf(kind).Insert(id, MetaOf(id));
+  AdjustParentChildren(id, kind, +1);
+}
+
+void CacheEngine::LeaveTier(EntryId id, bool free_slot) {
+  const Block& b = blocks_[id];
+  if (b.pins > 0) --pinned_in_tier_[Index(b.tier)];
+  PolicyOf(b.tier).Erase(id);
+  Tier* t = tiers_[Index(b.tier)].get();
+  if (free_slot) t->Free(b.slot);
+  if (free_slot && t->io_bound()) {
+    // Best effort: a record left behind (queue full) points at a slot whose
+    // bytes no longer match its checksum, so it can only ever be a miss.
+    if (!io_->Submit([t, info = InfoOf(id)] { return t->ForgetBlock(info); },
+                     [](const Status&) {})) {
+      ++stats_.stale_records;
+    }
+  }
+  AdjustParentChildren(id, b.tier, -1);
+}
+
+void CacheEngine::AdjustParentChildren(EntryId id, TierKind kind, int delta) {
+  const EntryId p = index_.parent(id);
+  if (p == kNoEntry || blocks_[p].tier != kind) return;
+  blocks_[p].children_in_tier =
+      static_cast<uint32_t>(static_cast<int64_t>(blocks_[p].children_in_tier) + delta);
+  PolicyOf(kind).Update(p, MetaOf(p));
+}
+
+void CacheEngine::LogLimited(LogLimit& limit, const std::string& line) {
+  const TimeNs now = clock_.Now();
+  if (limit.last != INT64_MIN && now - limit.last < 10 * kNsPerSec) {
+    ++limit.unreported;
+    return;
+  }
+  if (log_) {
+    log_(limit.unreported == 0 ? line
+                               : line + " (and " + std::to_string(limit.unreported) +
+                                     " more like it since the last report)");
+  }
+  limit.last = now;
+  limit.unreported = 0;
+}
+
+}  // namespace kvtier::engine

@@ -1,0 +1,165 @@
+// The read path (DESIGN.md §3): Lookup (the leading present run, changing no
+// recency), Acquire (pinning that run into the tier asked for, moving blocks
+// between memory tiers on the engine's thread), their asynchronous forms
+// (promotions from the ssd, and copies into a GPU arena, on the I/O pools;
+// the reply waits for them, nobody else does) and the leases they make.
+// Where a remote tier is configured, an async lookup or acquire whose local
+// run ends on a block not cached here asks it for the rest first: one call
+// into remote.cc (LookupRemote, AcquireWithRemote); without one, RemoteStart
+// answers nothing and everything below stays in this file.
+#include <utility>
+#include <vector>
+
+#include "engine/cache_engine.h"
+
+namespace kvtier::engine {
+
+using prefix_index::EntryId;
+using prefix_index::kNoEntry;
+
+Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKey> keys) {
+  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  ExpireHints();
+  TellReferences(ns, keys);
+  LookupResult result;
+  for (const BlockKey& key : keys) {
+    const EntryId id = index_.Find(ns, key);
+    if (id == kNoEntry || !index_.visible(id)) break;
+    result.tiers.push_back(blocks_[id].tier);
+    ++stats_.tiers[Index(blocks_[id].tier)].lookup_hits;
+  }
+  result.hits = result.tiers.size();
+  ++stats_.lookups;
+  stats_.lookup_keys += keys.size();
+  stats_.lookup_hits += result.hits;
+  return result;
+}
+
+void CacheEngine::LookupAsync(NamespaceId ns, std::span<const BlockKey> keys,
+                              std::function<void(Result<LookupResult>)> done) {
+  Result<LookupResult> local = Lookup(ns, keys);
+  if (!local) return done(std::move(local));
+  // The local run ends on a key not cached here at all: the remote tier,
+  // if there is one, may hold the rest of the chain.
+  const std::optional<size_t> from = RemoteStart(ns, keys);
+  if (from && *from == local->hits) {
+    return LookupRemote(ns, keys.subspan(*from), std::move(*local), std::move(done));
+  }
+  done(std::move(local));
+}
+
+Result<Lease> CacheEngine::Acquire(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind) {
+  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  KVTIER_RETURN_IF_ERROR(CheckTarget(kind));
+  ExpireHints();
+  std::vector<EntryId> run = PinLeadingRun(ns, keys);
+  // A block held by another lease or writer cannot move, and one on an
+  // io_bound tier needs AcquireAsync; the lease stops before either, as it
+  // does where `kind` has no room.
+  for (size_t i = 0; i < run.size(); ++i) {
+    const Block& b = blocks_[run[i]];
+    if (LeavingFor(run[i], kind)) break;
+    if (b.tier == kind) continue;
+    if (b.pins > 1 || tiers_[Index(b.tier)]->io_bound() || !Move(run[i], kind).ok()) break;
+  }
+  return MakeLease(ns, std::move(run), kind);
+}
+
+void CacheEngine::AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind,
+                               std::function<void(Result<Lease>)> done) {
+  if (Status s = CheckNamespace(ns); !s.ok()) return done(s);
+  if (Status s = CheckTarget(kind); !s.ok()) return done(s);
+  // What only the remote tier holds past the local run comes into the host
+  // first; then the acquire runs as it does without one.
+  if (const std::optional<size_t> from = RemoteStart(ns, keys)) {
+    return AcquireWithRemote(ns, keys, *from, kind, std::move(done));
+  }
+  AcquireLocal(ns, keys, kind, std::move(done));
+}
+
+void CacheEngine::AcquireLocal(NamespaceId ns, std::span<const BlockKey> keys, TierKind kind,
+                               std::function<void(Result<Lease>)> done) {
+  ExpireHints();
+  std::vector<EntryId> run = PinLeadingRun(ns, keys);
+  const uint64_t pending_id = next_handle_id_++;
+  PendingAcquire pending{ns, kind, {}, 0, std::move(done)};
+  for (size_t i = 0; i < run.size(); ++i) {
+    Block& b = blocks_[run[i]];
+    if (LeavingFor(run[i], kind)) break;
+    if (b.promoting) {  // to `kind`: wait for it with the others
+      promotions_[run[i]].waiters.push_back(pending_id);
+      ++pending.outstanding;
+      continue;
+    }
+    if (b.tier == kind) continue;
+    if (PromotesAsync(run[i], kind)) {
+      if (b.pins > 1 || !StartPromotion(run[i], kind, pending_id)) break;
+      ++pending.outstanding;
+      continue;
+    }
+    if (b.pins > 1 || !Move(run[i], kind).ok()) break;
+  }
+  pending.run = std::move(run);
+  pending_acquires_.emplace(pending_id, std::move(pending));
+  if (pending_acquires_[pending_id].outstanding == 0) FinishAcquire(pending_id);
+}
+
+std::vector<EntryId> CacheEngine::PinLeadingRun(NamespaceId ns, std::span<const BlockKey> keys) {
+  std::vector<EntryId> run;
+  for (const BlockKey& key : keys) {
+    const EntryId id = index_.Find(ns, key);
+    if (id == kNoEntry || !index_.visible(id)) break;
+    run.push_back(id);
+  }
+  // The policies hear of the pins with the touches below (a Touch carries
+  // the pinned state as an Update would): one call per block, not two.
+  for (EntryId id : run) Pin(id, /*tell_policy=*/false);
+  HintsUsed(run);
+  // Touch the last block first so a chain's head is the most recent: the
+  // tail of a prefix goes before the blocks it depends on.
+  for (auto it = run.rbegin(); it != run.rend(); ++it) {
+    const Block& b = blocks_[*it];
+    PolicyOf(b.tier).Touch(*it, MetaOf(*it));
+    ++stats_.tiers[Index(b.tier)].hits;
+  }
+  return run;
+}
+
+void CacheEngine::FinishAcquire(uint64_t pending_id) {
+  auto it = pending_acquires_.find(pending_id);
+  PendingAcquire p = std::move(it->second);
+  pending_acquires_.erase(it);
+  p.done(MakeLease(p.ns, std::move(p.run), p.tier));
+}
+
+Lease CacheEngine::MakeLease(NamespaceId ns, std::vector<EntryId> run, TierKind kind) {
+  size_t kept = 0;
+  while (kept < run.size() && blocks_[run[kept]].tier == kind &&
+         blocks_[run[kept]].state == State::kReady && !LeavingFor(run[kept], kind)) {
+    ++kept;
+  }
+  for (size_t i = run.size(); i > kept; --i) Unpin(run[i - 1]);
+  run.resize(kept);
+
+  Lease lease;
+  lease.block_bytes_ = block_bytes_[ns];
+  lease.locations_.reserve(run.size());
+  for (EntryId id : run) lease.locations_.push_back(LocationOf(id));
+  stats_.acquired_blocks += run.size();
+  stats_.acquired_tokens += run.size() * namespaces_[ns].layout.block_tokens;
+  lease.engine_ = this;
+  lease.id_ = next_handle_id_++;
+  leases_.emplace(lease.id_, std::move(run));
+  return lease;
+}
+
+void CacheEngine::ReleaseLease(uint64_t id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  std::vector<EntryId> run = std::move(it->second);
+  leases_.erase(it);
+  // Last block first, so the chain's head ends up the most recent.
+  for (auto p = run.rbegin(); p != run.rend(); ++p) Unpin(*p);
+}
+
+}  // namespace kvtier::engine
