@@ -1,12 +1,14 @@
-# kvtier_module(<name> SRCS <files...> DEPS <kvtier modules...> [LIBS <other libs...>])
-#
-# Declares the library of one module (DESIGN.md §2). The layering is enforced
-# at compile time: the target's include root is a folder of symlinks to the
-# module itself and to every module it may use (its DEPS, transitively), so
-# `#include "daemon/server.h"` from tiers/ finds no such file.
-# Makes ${CMAKE_BINARY_DIR}/layers/<name>: symlinks to the folder <name> and
-# to every module its DEPS may use (transitively), recorded for modules above.
-# Sets <out_var> to the folder.
+# The layering (DESIGN.md §2), enforced at compile time: each module's
+# include root is a folder of symlinks to the module itself and to every
+# module it may use (its DEPS, transitively), so `#include "daemon/server.h"`
+# from tiers/ finds no such file. From the bottom up: common; kernels,
+# prefix_index, eviction, protocol; client; tiers; engine; daemon, replay;
+# and the kvtier program (cli/) on top. tests/layering/ proves the rules.
+
+# kvtier_layer_root(<name> <out_var> <deps...>): makes
+# ${CMAKE_BINARY_DIR}/layers/<name>, the symlinks to the folder <name> and to
+# every module its deps may use, records that set for the modules above, and
+# sets <out_var> to the folder.
 function(kvtier_layer_root name out_var)
   set(allowed ${name})
   foreach(dep IN LISTS ARGN)
@@ -28,9 +30,17 @@ function(kvtier_layer_root name out_var)
   set(${out_var} ${root} PARENT_SCOPE)
 endfunction()
 
+# kvtier_module(<name> SRCS <files...> DEPS <kvtier modules...>
+#               [ALLOWS <kvtier modules...>] [LIBS <other libs...>])
+#
+# Declares the library of one module, kvtier_<name> (alias kvtier::<name>),
+# whose include root is its layer root. DEPS are linked; ALLOWS are modules
+# it may include but does not link yet (engine/ may use kernels/, whose CUDA
+# code links the shared CUDA runtime that kvtierd must not need: the day the
+# engine calls a kernel, kernels/ moves to its DEPS and that is settled).
 function(kvtier_module name)
-  cmake_parse_arguments(M "" "" "SRCS;DEPS;LIBS" ${ARGN})
-  kvtier_layer_root(${name} root ${M_DEPS})
+  cmake_parse_arguments(M "" "" "SRCS;DEPS;ALLOWS;LIBS" ${ARGN})
+  kvtier_layer_root(${name} root ${M_DEPS} ${M_ALLOWS})
 
   add_library(kvtier_${name} ${M_SRCS})
   add_library(kvtier::${name} ALIAS kvtier_${name})
