@@ -189,24 +189,62 @@ void Service::Malformed(const FrameHeader& header, const Status& error, Reply* r
   reply->close = true;
 }
 
+// One switch, one named handler per opcode. It has no default, and a
+// missing case is an error whatever the build's flags (the pragma below):
+// an opcode added to protocol/wire.h without a handler does not compile.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
 asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
                                       protocol::Request& request, Reply* reply) {
   ++requests_;
   const auto start = std::chrono::steady_clock::now();
-  Status status;
+  // Only a value outside the enum keeps this; the decoder refuses those.
+  Status status = InternalError("unhandled opcode");
   if (h.opcode != Opcode::kHello && !s.attached) {
     status = FailedPreconditionError("HELLO must be the first request of a connection");
     reply->close = true;
-  } else if (h.opcode == Opcode::kPut) {
-    status = co_await Put(s, h, std::get<protocol::PutRequest>(request), reply);
-  } else if (h.opcode == Opcode::kGet) {
-    status = co_await Get(s, h, std::get<protocol::KeysRequest>(request), reply);
-  } else if (h.opcode == Opcode::kLookup) {
-    status = co_await Lookup(s, h, std::get<protocol::KeysRequest>(request), reply);
-  } else if (h.opcode == Opcode::kAcquire) {
-    status = co_await AcquireRequest(s, h, std::get<protocol::AcquireRequest>(request), reply);
   } else {
-    status = Dispatch(s, h, request, reply);
+    switch (h.opcode) {
+      case Opcode::kHello:
+        status = Hello(s, h, std::get<protocol::HelloRequest>(request), reply);
+        break;
+      case Opcode::kLookup:
+        status = co_await Lookup(s, h, std::get<protocol::KeysRequest>(request), reply);
+        break;
+      case Opcode::kAllocate:
+        status = Allocate(s, h, std::get<protocol::AllocateRequest>(request), reply);
+        break;
+      case Opcode::kCommit:
+        status = Commit(s, h, std::get<protocol::HandleRequest>(request), reply);
+        break;
+      case Opcode::kAbort:
+        status = Abort(s, h, std::get<protocol::HandleRequest>(request), reply);
+        break;
+      case Opcode::kAcquire:
+        status = co_await AcquireRequest(s, h, std::get<protocol::AcquireRequest>(request), reply);
+        break;
+      case Opcode::kRelease:
+        status = Release(s, h, std::get<protocol::HandleRequest>(request), reply);
+        break;
+      case Opcode::kPut:
+        status = co_await Put(s, h, std::get<protocol::PutRequest>(request), reply);
+        break;
+      case Opcode::kGet:
+        status = co_await Get(s, h, std::get<protocol::KeysRequest>(request), reply);
+        break;
+      case Opcode::kRemove:
+        status = Remove(s, h, std::get<protocol::KeysRequest>(request), reply);
+        break;
+      case Opcode::kStats:
+        status = Stats(h, reply);
+        break;
+      case Opcode::kSetRetention:
+        status = SetRetention(s, h, std::get<protocol::RetentionRequest>(request), reply);
+        break;
+      case Opcode::kHint:
+        status = Hint(s, h, std::get<protocol::HintRequest>(request), reply);
+        break;
+    }
   }
   ops_.Record(h.opcode, std::chrono::steady_clock::now() - start, status.ok());
   if (!status.ok()) {
@@ -231,6 +269,7 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
     protocol::EncodeError(h.opcode, h.request_id, status, &reply->frame);
   }
 }
+#pragma GCC diagnostic pop
 
 Status Service::Hello(SessionState& s, const FrameHeader& h, const protocol::HelloRequest& r,
                       Reply* reply) {
@@ -294,104 +333,115 @@ Status Service::Hello(SessionState& s, const FrameHeader& h, const protocol::Hel
   return Status::Ok();
 }
 
-Status Service::Dispatch(SessionState& s, const FrameHeader& h, protocol::Request& request,
+Status Service::Allocate(SessionState& s, const FrameHeader& h, const protocol::AllocateRequest& r,
                          Reply* reply) {
-  std::vector<std::byte>* out = &reply->frame;
-  switch (h.opcode) {
-    case Opcode::kHello:
-      return Hello(s, h, std::get<protocol::HelloRequest>(request), reply);
-    case Opcode::kAllocate: {
-      const auto& r = std::get<protocol::AllocateRequest>(request);
-      if (s.allocations.size() >= config_.max_allocations_per_session) {
-        CountRefusal(Refusal::kMaxAllocations);
-        return ResourceExhaustedError(
-            Str("this session has ", s.allocations.size(),
-                " open allocations, the most allowed (server.max_allocations_per_session); "
-                "commit or abort one first"));
-      }
-      KVTIER_ASSIGN_OR_RETURN(engine::Allocation a,
-                              engine_.Allocate(s.ns, r.parent, r.keys, ToTier(r.tier)));
-      protocol::AllocateReply rep;
-      rep.allocation_id = a.id();
-      rep.tier = r.tier;
-      for (size_t i = 0; i < a.size(); ++i) {
-        rep.states.push_back(ToWire(a.state(i)));
-        rep.offsets.push_back(a.state(i) == engine::WriteState::kAllocated ? a.location(i).offset
-                                                                           : 0);
-      }
-      s.allocations.emplace(a.id(), std::move(a));
-      protocol::EncodeAllocateReply(h.request_id, rep, out);
-      return Status::Ok();
-    }
-    case Opcode::kCommit:
-    case Opcode::kAbort: {
-      const uint64_t id = std::get<protocol::HandleRequest>(request).id;
-      auto it = s.allocations.find(id);
-      if (it == s.allocations.end()) {
-        return NotFoundError(Str("allocation ", id, " is not open in this session"));
-      }
-      engine::Allocation a = std::move(it->second);
-      s.allocations.erase(it);
-      if (h.opcode == Opcode::kCommit) {
-        KVTIER_RETURN_IF_ERROR(a.Commit());
-      } else {
-        a.Abort();
-      }
-      protocol::EncodeCountReply(h.opcode, h.request_id, {}, out);
-      return Status::Ok();
-    }
-    case Opcode::kRelease: {
-      const uint64_t id = std::get<protocol::HandleRequest>(request).id;
-      if (s.leases.erase(id) == 0) {
-        return NotFoundError(Str("lease ", id, " is not held by this session"));
-      }
-      protocol::EncodeCountReply(h.opcode, h.request_id, {}, out);
-      return Status::Ok();
-    }
-    case Opcode::kRemove: {
-      const auto& r = std::get<protocol::KeysRequest>(request);
-      KVTIER_ASSIGN_OR_RETURN(const size_t removed, engine_.Remove(s.ns, r.keys));
-      protocol::EncodeCountReply(h.opcode, h.request_id, {removed}, out);
-      return Status::Ok();
-    }
-    case Opcode::kStats:
-      StatsReply(h, reply);
-      return Status::Ok();
-    case Opcode::kSetRetention: {
-      const auto& r = std::get<protocol::RetentionRequest>(request);
-      // Token ranges to blocks: block j holds tokens [j*bt, (j+1)*bt) and
-      // takes the highest priority of the ranges overlapping it.
-      const uint64_t bt = engine_.FindNamespace(s.ns)->layout.block_tokens;
-      const TimeNs now = SystemClock().Now();
-      std::vector<uint8_t> priorities(r.keys.size(), eviction::kDefaultPriority);
-      std::vector<TimeNs> expires(r.keys.size(), eviction::kNoExpiry);
-      std::vector<bool> set(r.keys.size(), false);
-      for (const protocol::RetentionRange& range : r.ranges) {
-        const uint64_t first = range.token_begin / bt;
-        const uint64_t last = std::min<uint64_t>((range.token_end - 1) / bt, r.keys.size() - 1);
-        for (uint64_t j = first; j <= last && j < r.keys.size(); ++j) {
-          if (set[j] && priorities[j] >= range.priority) continue;
-          set[j] = true;
-          priorities[j] = range.priority;
-          expires[j] = range.duration_ms == 0
-                           ? eviction::kNoExpiry
-                           : now + static_cast<TimeNs>(range.duration_ms) * kNsPerMs;
-        }
-      }
-      KVTIER_ASSIGN_OR_RETURN(const size_t updated,
-                              engine_.SetRetention(s.ns, r.keys, priorities, expires));
-      protocol::EncodeCountReply(h.opcode, h.request_id, {updated}, out);
-      return Status::Ok();
-    }
-    case Opcode::kHint:
-      return Hint(s, h, std::get<protocol::HintRequest>(request), reply);
-    case Opcode::kLookup:
-    case Opcode::kPut:
-    case Opcode::kGet:
-    case Opcode::kAcquire:
-      break;
+  if (s.allocations.size() >= config_.max_allocations_per_session) {
+    CountRefusal(Refusal::kMaxAllocations);
+    return ResourceExhaustedError(
+        Str("this session has ", s.allocations.size(),
+            " open allocations, the most allowed (server.max_allocations_per_session); "
+            "commit or abort one first"));
   }
-  return InternalError("unhandled opcode");
+  KVTIER_ASSIGN_OR_RETURN(engine::Allocation a,
+                          engine_.Allocate(s.ns, r.parent, r.keys, ToTier(r.tier)));
+  protocol::AllocateReply rep;
+  rep.allocation_id = a.id();
+  rep.tier = r.tier;
+  for (size_t i = 0; i < a.size(); ++i) {
+    rep.states.push_back(ToWire(a.state(i)));
+    rep.offsets.push_back(a.state(i) == engine::WriteState::kAllocated ? a.location(i).offset : 0);
+  }
+  s.allocations.emplace(a.id(), std::move(a));
+  protocol::EncodeAllocateReply(h.request_id, rep, &reply->frame);
+  return Status::Ok();
+}
+
+Result<engine::Allocation> Service::TakeAllocation(SessionState& s, uint64_t id) {
+  auto it = s.allocations.find(id);
+  if (it == s.allocations.end()) {
+    return NotFoundError(Str("allocation ", id, " is not open in this session"));
+  }
+  engine::Allocation a = std::move(it->second);
+  s.allocations.erase(it);
+  return a;
+}
+
+Status Service::Commit(SessionState& s, const FrameHeader& h, const protocol::HandleRequest& r,
+                       Reply* reply) {
+  KVTIER_ASSIGN_OR_RETURN(engine::Allocation a, TakeAllocation(s, r.id));
+  KVTIER_RETURN_IF_ERROR(a.Commit());
+  protocol::EncodeCountReply(h.opcode, h.request_id, {}, &reply->frame);
+  return Status::Ok();
+}
+
+Status Service::Abort(SessionState& s, const FrameHeader& h, const protocol::HandleRequest& r,
+                      Reply* reply) {
+  KVTIER_ASSIGN_OR_RETURN(engine::Allocation a, TakeAllocation(s, r.id));
+  a.Abort();
+  protocol::EncodeCountReply(h.opcode, h.request_id, {}, &reply->frame);
+  return Status::Ok();
+}
+
+Status Service::Release(SessionState& s, const FrameHeader& h, const protocol::HandleRequest& r,
+                        Reply* reply) {
+  if (s.leases.erase(r.id) == 0) {
+    return NotFoundError(Str("lease ", r.id, " is not held by this session"));
+  }
+  protocol::EncodeCountReply(h.opcode, h.request_id, {}, &reply->frame);
+  return Status::Ok();
+}
+
+Status Service::Remove(SessionState& s, const FrameHeader& h, const protocol::KeysRequest& r,
+                       Reply* reply) {
+  KVTIER_ASSIGN_OR_RETURN(const size_t removed, engine_.Remove(s.ns, r.keys));
+  protocol::EncodeCountReply(h.opcode, h.request_id, {removed}, &reply->frame);
+  return Status::Ok();
+}
+
+namespace {
+
+// SET_RETENTION names token ranges; the engine keeps a priority per block.
+// Block j holds tokens [j*bt, (j+1)*bt) and takes the highest priority of the
+// ranges overlapping it (with that range's expiry); blocks no range touches
+// keep the default.
+struct BlockRetention {
+  std::vector<uint8_t> priorities;
+  std::vector<TimeNs> expires_at;
+};
+
+BlockRetention RetentionOfBlocks(std::span<const protocol::RetentionRange> ranges,
+                                 uint64_t block_tokens, size_t blocks, TimeNs now) {
+  BlockRetention out;
+  out.priorities.assign(blocks, eviction::kDefaultPriority);
+  out.expires_at.assign(blocks, eviction::kNoExpiry);
+  std::vector<bool> set(blocks, false);
+  for (const protocol::RetentionRange& range : ranges) {
+    const uint64_t first = range.token_begin / block_tokens;
+    const uint64_t last = std::min<uint64_t>((range.token_end - 1) / block_tokens, blocks - 1);
+    for (uint64_t j = first; j <= last && j < blocks; ++j) {
+      if (set[j] && out.priorities[j] >= range.priority) continue;
+      set[j] = true;
+      out.priorities[j] = range.priority;
+      out.expires_at[j] = range.duration_ms == 0
+                              ? eviction::kNoExpiry
+                              : now + static_cast<TimeNs>(range.duration_ms) * kNsPerMs;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status Service::SetRetention(SessionState& s, const FrameHeader& h,
+                             const protocol::RetentionRequest& r, Reply* reply) {
+  const BlockRetention retention =
+      RetentionOfBlocks(r.ranges, engine_.FindNamespace(s.ns)->layout.block_tokens, r.keys.size(),
+                        SystemClock().Now());
+  KVTIER_ASSIGN_OR_RETURN(
+      const size_t updated,
+      engine_.SetRetention(s.ns, r.keys, retention.priorities, retention.expires_at));
+  protocol::EncodeCountReply(h.opcode, h.request_id, {updated}, &reply->frame);
+  return Status::Ok();
 }
 
 Status Service::Hint(SessionState& s, const FrameHeader& h, const protocol::HintRequest& r,
@@ -504,10 +554,11 @@ DaemonSnapshot Service::Snapshot() const {
   return snap;
 }
 
-void Service::StatsReply(const FrameHeader& h, Reply* reply) {
+Status Service::Stats(const FrameHeader& h, Reply* reply) {
   protocol::StatsReply rep;
   rep.entries = StatsEntries(Snapshot());
   protocol::EncodeStatsReply(h.request_id, rep, &reply->frame);
+  return Status::Ok();
 }
 
 }  // namespace kvtier::daemon

@@ -1,6 +1,6 @@
 // Service: turns decoded requests into engine calls and encoded replies.
-// It is the only place where protocol/ meets tiers/ (DESIGN.md §2: daemon/
-// only wires).
+// It is the only place where protocol/ meets engine/ (DESIGN.md §2: daemon/
+// only wires): Handle() routes each request by its opcode to one handler.
 //
 // Thread-safety: every call runs on the engine's thread (the io thread);
 // Handle() may suspend while a pool thread copies inline bytes, during which
@@ -82,21 +82,35 @@ class Service {
   void SetEventPublisher(const KvEventPublisher* publisher) { publisher_ = publisher; }
 
  private:
+  // One handler per opcode, in the wire's order (Handle's switch calls them).
   Status Hello(SessionState& s, const protocol::FrameHeader& h, const protocol::HelloRequest& r,
                Reply* reply);
+  asio::awaitable<Status> Lookup(SessionState& s, const protocol::FrameHeader& h,
+                                 const protocol::KeysRequest& r, Reply* reply);
+  Status Allocate(SessionState& s, const protocol::FrameHeader& h,
+                  const protocol::AllocateRequest& r, Reply* reply);
+  Status Commit(SessionState& s, const protocol::FrameHeader& h, const protocol::HandleRequest& r,
+                Reply* reply);
+  Status Abort(SessionState& s, const protocol::FrameHeader& h, const protocol::HandleRequest& r,
+               Reply* reply);
+  asio::awaitable<Status> AcquireRequest(SessionState& s, const protocol::FrameHeader& h,
+                                         const protocol::AcquireRequest& r, Reply* reply);
+  Status Release(SessionState& s, const protocol::FrameHeader& h, const protocol::HandleRequest& r,
+                 Reply* reply);
   asio::awaitable<Status> Put(SessionState& s, const protocol::FrameHeader& h,
                               const protocol::PutRequest& r, Reply* reply);
   asio::awaitable<Status> Get(SessionState& s, const protocol::FrameHeader& h,
                               const protocol::KeysRequest& r, Reply* reply);
-  asio::awaitable<Status> Lookup(SessionState& s, const protocol::FrameHeader& h,
-                                 const protocol::KeysRequest& r, Reply* reply);
-  asio::awaitable<Status> AcquireRequest(SessionState& s, const protocol::FrameHeader& h,
-                                         const protocol::AcquireRequest& r, Reply* reply);
+  Status Remove(SessionState& s, const protocol::FrameHeader& h, const protocol::KeysRequest& r,
+                Reply* reply);
+  Status Stats(const protocol::FrameHeader& h, Reply* reply);
+  Status SetRetention(SessionState& s, const protocol::FrameHeader& h,
+                      const protocol::RetentionRequest& r, Reply* reply);
   Status Hint(SessionState& s, const protocol::FrameHeader& h, const protocol::HintRequest& r,
               Reply* reply);
-  Status Dispatch(SessionState& s, const protocol::FrameHeader& h, protocol::Request& r,
-                  Reply* reply);
-  void StatsReply(const protocol::FrameHeader& h, Reply* reply);
+
+  // The session's open allocation `id`, taken out of it (COMMIT, ABORT).
+  Result<engine::Allocation> TakeAllocation(SessionState& s, uint64_t id);
   std::array<std::byte, protocol::kNamespaceSecretBytes> NamespaceSecret(
       const std::string& model, const std::string& salt) const;
   // AcquireAsync, awaited: promotions from the ssd complete meanwhile.
