@@ -3,6 +3,7 @@
 // the index is keyed by (namespace, key), so namespaces never collide.
 #pragma once
 
+#include <bit>
 #include <compare>
 #include <cstdint>
 #include <optional>
@@ -32,12 +33,13 @@ struct BlockKey {
 // own hash (PrefixIndex::HashOf): the halves combined without cancelling
 // (hi rotated), then a multiply and an xorshift, bijections both.
 struct BlockKeyHash {
-  size_t operator()(const BlockKey& k) const {
-    uint64_t h = k.lo ^ ((k.hi << 32) | (k.hi >> 32));
+  // `salt` is folded in before the mix (PrefixIndex::HashOf: the namespace).
+  static uint64_t Mix(const BlockKey& k, uint64_t salt = 0) {
+    uint64_t h = k.lo ^ std::rotl(k.hi, 32) ^ salt;
     h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 31;
-    return static_cast<size_t>(h);
+    return h ^ (h >> 31);
   }
+  size_t operator()(const BlockKey& k) const { return static_cast<size_t>(Mix(k)); }
 };
 
 }  // namespace kvtier::prefix_index

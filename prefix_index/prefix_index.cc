@@ -5,6 +5,8 @@
 #include <cassert>
 #include <cstdint>
 
+#include "common/hash.h"
+
 namespace kvtier::prefix_index {
 namespace {
 
@@ -26,10 +28,7 @@ PrefixIndex::PrefixIndex(size_t expected_entries) {
 uint64_t PrefixIndex::HashOf(NamespaceId ns, const BlockKey& key) {
   // Real keys are uniform already; the multiply-xorshift keeps hand-made
   // keys (tests, replayed trace ids) from clustering in the table.
-  uint64_t h = key.lo ^ std::rotl(key.hi, 32) ^ (uint64_t{ns} * 0x9e3779b97f4a7c15ULL);
-  h *= 0xbf58476d1ce4e5b9ULL;
-  h ^= h >> 31;
-  return h;
+  return BlockKeyHash::Mix(key, uint64_t{ns} * kGoldenGamma);
 }
 
 size_t PrefixIndex::FindSlot(NamespaceId ns, const BlockKey& key, uint64_t hash) const {
