@@ -40,7 +40,7 @@ from typing import Any, Dict, List
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
 
-from test_vllm import Engine, connector  # noqa: E402  (the tests' engine driver)
+from vllm_driver import Engine, connector  # noqa: E402  (the tests' engine driver)
 from vllm_engine import TINY  # noqa: E402
 
 MODELS: Dict[str, Dict[str, Any]] = {

@@ -1,13 +1,13 @@
 """fp8 blocks from Python (kvtier.quantize_block / dequantize_block), and
 what they cost on real activations.
 
-The activations are the K and V a tiny Llama (the one test_hf.py builds
-from a config with seeded weights: 3 layers, 2 KV heads of head_dim 32)
-computes for a 64-token prompt, packed as kvtier blocks
-([layer][k|v][token][kv_head][head_dim], fp16), quantized and restored.
-The model then runs one more token twice, over the original cache and over
-the restored one, and each layer's attention output (self_attn's, o_proj
-included) of that token is compared.
+The activations are the K and V a tiny Llama (hf_model.py's, the one
+test_hf.py uses: built from a config with seeded weights, 3 layers, 2 KV
+heads of head_dim 32) computes for a 64-token prompt, packed as kvtier
+blocks ([layer][k|v][token][kv_head][head_dim], fp16), quantized and
+restored. The model then runs one more token twice, over the original cache
+and over the restored one, and each layer's attention output (self_attn's,
+o_proj included) of that token is compared.
 
 Bounds and their reason (docs/fp8.md): an element comes back within half a
 step of its slice's fp8 grid, 2^-4 of its value for e4m3 (2^-3 for e5m2),
@@ -31,7 +31,7 @@ from transformers import DynamicCache
 
 import kvtier
 
-from test_hf import tiny_llama, prompt
+from hf_model import prompt, tiny_llama
 
 BLOCK = 16
 

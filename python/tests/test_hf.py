@@ -1,7 +1,7 @@
 """kvtier.hf against the real kvtierd and a real transformers model.
 
-The model is a tiny Llama (GQA: 4 query heads, 2 KV heads) built from a
-config with seeded random weights: no download (HF_HUB_OFFLINE=1).
+The model is hf_model.py's tiny Llama (GQA: 4 query heads, 2 KV heads) built
+from a config with seeded random weights: no download (HF_HUB_OFFLINE=1).
 """
 
 from __future__ import annotations
@@ -10,28 +10,14 @@ from typing import List
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 import kvtier
 import kvtier.hf
 
 from conftest import run_python
+from hf_model import MODEL_CODE, prompt, tiny_llama
 
-VOCAB = 1000
 MODEL_ID = "kvtier-tests/tiny-llama"
-
-MODEL_CODE = """
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-
-def tiny_llama(dtype=torch.float32, seed=0):
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=1000, hidden_size=128, intermediate_size=256,
-                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=2048)
-    return LlamaForCausalLM(config).to(dtype).eval()
-"""
-exec(MODEL_CODE)  # defines tiny_llama, shared with the subprocess tests
 
 # Last-position logits of a cached run against a full prefill. The cached
 # run computes the same attention in two passes (prefix, then the rest)
@@ -54,11 +40,6 @@ class ForwardCounter:
 
     def reset(self) -> None:
         self.positions.clear()
-
-
-def prompt(seed: int, n: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, VOCAB, (1, n), generator=g)
 
 
 def greedy(model, ids: torch.Tensor, **kw) -> List[int]:

@@ -1,4 +1,5 @@
-"""A real vLLM engine (CPU build) driven line by line, for test_vllm.py.
+"""A real vLLM engine (CPU build) driven line by line: the engine process's side,
+which vllm_driver.py's Engine starts (for test_vllm.py and bench_vllm.py).
 
     python vllm_engine.py MODEL_DIR CONFIG_JSON REPLY_FD
 
