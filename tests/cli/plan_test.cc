@@ -9,7 +9,11 @@
 #include <sstream>
 #include <string>
 
+#include "support/temp_dir.h"
+
 namespace kvtier::cli {
+
+using kvtier::testing::TempDir;
 namespace {
 
 struct Output {
@@ -100,13 +104,11 @@ TEST(CapacityPlanTest, QuantizeLowerNearlyDoublesWhatTheSsdHolds) {
 }
 
 TEST(CapacityPlanTest, CapacitiesComeFromAKvtierdConfigFile) {
-  char tmpl[] = "/tmp/kvtier-plan-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
-  const std::string path = dir + "/kvtierd.toml";
+  const TempDir dir("/tmp/kvtier-plan");
+  const std::string path = dir / "kvtierd.toml";
   std::ofstream(path) << "[host]\ncapacity = \"2GB\"\n[ssd]\ndir = \"\"\n";
   const Output o = RunPlan(std::string(k70B) + " --kv-heads 8 --config " + path);
   ::unlink(path.c_str());
-  ::rmdir(dir.c_str());
   ASSERT_EQ(o.exit_code, 0) << o.text;
   // 2e9 / 5,242,880 = 381 blocks = 6,096 tokens; no device, no ssd.
   EXPECT_TRUE(Has(o.text, "longest context that fits: 6,096 tokens")) << o.text;

@@ -101,10 +101,7 @@ struct FakeDaemon::State {
 
 FakeDaemon::FakeDaemon(const Layout& layout, uint32_t slots, protocol::DeviceKind device)
     : state_(std::make_unique<State>()) {
-  char tmpl[] = "/tmp/kvtier_fake_XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
-  dir_ = tmpl;
-  path_ = dir_ + "/kvtierd.sock";
+  path_ = dir_ / "kvtierd.sock";
   State& s = *state_;
   s.layout = layout;
   s.block_bytes = layout.BlockBytes();
@@ -141,7 +138,6 @@ FakeDaemon::~FakeDaemon() {
   close(state_->host_fd);
   if (state_->device_fd >= 0) close(state_->device_fd);
   unlink(path_.c_str());
-  rmdir(dir_.c_str());
 }
 
 void FakeDaemon::InjectFault(Fault fault) {

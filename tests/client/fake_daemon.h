@@ -17,6 +17,7 @@
 
 #include "common/layout.h"
 #include "protocol/wire.h"
+#include "support/temp_dir.h"
 
 namespace kvtier::client::testing {
 
@@ -53,7 +54,7 @@ class FakeDaemon {
   void Serve();
   void ServeConnection(int fd);
 
-  std::string dir_;
+  kvtier::testing::TempDir dir_{"/tmp/kvtier_fake"};  // its socket
   std::string path_;
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false};

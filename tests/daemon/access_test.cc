@@ -15,17 +15,14 @@
 
 #include "client/client.h"
 #include "daemon/config.h"
-#include "daemon_harness.h"
+#include "support/daemon_client.h"
 
 namespace kvtier::testing {
 namespace {
 
 Result<std::unique_ptr<client::Client>> TryConnect(const Daemon& d) {
-  client::ClientOptions o;
-  o.socket_path = d.socket();
-  o.model = "m";
+  client::ClientOptions o = TestClientOptions(d.socket(), "m", "access-test");
   o.layout = Layout{1, 1, 64, DType::kFloat16, 16};
-  o.client_name = "access-test";
   o.io_timeout_ms = 10'000;
   return client::Client::Connect(o);
 }
@@ -129,9 +126,8 @@ TEST(AccessTest, PeersOnEitherAllowListAttach) {
 }
 
 TEST(AccessTest, AllowListsComeFromTheFileByIdOrName) {
-  char tmpl[] = "/tmp/kvtier-allow-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
-  const std::string path = dir + "/kvtierd.toml";
+  const TempDir dir("/tmp/kvtier-allow");
+  const std::string path = dir / "kvtierd.toml";
   const ::passwd* me = ::getpwuid(::geteuid());
   ASSERT_NE(me, nullptr);
   std::ofstream(path) << "[server]\nallow_uids = [4242, \"" << me->pw_name
@@ -149,7 +145,6 @@ TEST(AccessTest, AllowListsComeFromTheFileByIdOrName) {
       << bad.status().ToString();
   std::ofstream(path) << "[server]\nallow_gids = [-1]\n";
   EXPECT_FALSE(daemon::LoadConfigFile(path).ok());
-  std::filesystem::remove_all(dir);
 }
 
 TEST(AccessTest, MetricsBindLoopbackByDefaultAndWarnOtherwise) {

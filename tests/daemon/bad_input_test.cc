@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "daemon_harness.h"
+#include "support/daemon_harness.h"
 
 namespace kvtier::testing {
 namespace {

@@ -5,25 +5,22 @@
 
 #include <fstream>
 
+#include "support/temp_dir.h"
+
 namespace kvtier::daemon {
 namespace {
 
+using kvtier::testing::TempDir;
+
 class ConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/kvtier-config-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-    path_ = dir_ + "/kvtierd.toml";
-  }
-  void TearDown() override {
-    ::unlink(path_.c_str());
-    ::rmdir(dir_.c_str());
-  }
+  void TearDown() override { ::unlink(path_.c_str()); }
   Result<DaemonConfig> Load(const std::string& text) {
     std::ofstream(path_) << text;
     return LoadConfigFile(path_);
   }
-  std::string dir_, path_;
+  TempDir dir_{"/tmp/kvtier-config"};
+  std::string path_ = dir_ / "kvtierd.toml";
 };
 
 TEST_F(ConfigTest, DefaultsAreValid) {

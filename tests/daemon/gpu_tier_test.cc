@@ -11,13 +11,15 @@
 
 #include "client/client.h"
 #include "client/cuda_ipc.h"
-#include "daemon_harness.h"
+#include "support/daemon_client.h"
 
 namespace kvtier::daemon {
 namespace {
 
 using client::Client;
 using client::ClientOptions;
+using kvtier::testing::ConnectClient;
+using kvtier::testing::TestClientOptions;
 using protocol::WireTier;
 
 bool HaveGpu() {
@@ -28,13 +30,9 @@ bool HaveGpu() {
 }
 
 std::unique_ptr<Client> Connect(const std::string& socket) {
-  ClientOptions o;
-  o.socket_path = socket;
-  o.model = "gpu-test";
+  ClientOptions o = TestClientOptions(socket, "gpu-test");
   o.layout = {4, 8, 128, DType::kFloat16, 16};  // 128 KiB blocks
-  auto c = Client::Connect(o);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return c.ok() ? std::move(c).value() : nullptr;
+  return ConnectClient(o);
 }
 
 TEST(GpuTierTest, WithoutAGpuCudaModeRefusesToStartAndAutoRunsWithout) {

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "client/client.h"
-#include "daemon_harness.h"
+#include "support/daemon_client.h"
 
 namespace kvtier::testing {
 namespace {
@@ -24,10 +24,7 @@ using protocol::WireWriteState;
 
 class DaemonHintTest : public ::testing::Test {
  protected:
-  void TearDown() override {
-    daemon_.reset();
-    if (!data_.empty()) std::filesystem::remove_all(data_);
-  }
+  void TearDown() override { daemon_.reset(); }
   // 1 MiB of host: 64 blocks of 16 KiB.
   void Start(std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"--host-capacity", "1MiB", "--host-slab", "256KiB"};
@@ -36,47 +33,21 @@ class DaemonHintTest : public ::testing::Test {
     ASSERT_NE(daemon_, nullptr);
   }
   void StartWithSsd() {
-    char tmpl[] = "/var/tmp/kvtier-hint-daemon-XXXXXX";
-    data_ = ::mkdtemp(tmpl);
-    Start({"--ssd-dir", data_ + "/ssd", "--ssd-capacity", "64MiB", "--ssd-prepare", "foreground"});
+    data_.emplace("/var/tmp/kvtier-hint-daemon");
+    Start({"--ssd-dir", *data_ / "ssd", "--ssd-capacity", "64MiB", "--ssd-prepare", "foreground"});
   }
   std::unique_ptr<Client> Connect() {
-    client::ClientOptions o;
-    o.socket_path = daemon_->socket();
-    o.model = "llama-test";
-    o.layout = Layout{2, 2, 64, DType::kFloat16, 16};  // 16 KiB blocks
-    o.io_timeout_ms = 20'000;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status().ToString() << "\n" << daemon_->Log();
-    return c.ok() ? std::move(c).value() : nullptr;
-  }
-  static std::map<std::string, std::string> Stats(Client& c) {
-    std::map<std::string, std::string> out;
-    if (auto s = c.Stats(); s.ok()) out.insert(s->begin(), s->end());
-    return out;
-  }
-  static void Settle(Client& c) {
-    for (int i = 0; i < 500 && Stats(c)["moves_in_flight"] != "0"; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    return ConnectClient(TestClientOptions(daemon_->socket()), daemon_.get());
   }
   static std::vector<BlockKey> Put(Client& c, uint32_t seed, size_t blocks = 8) {
-    const auto keys = c.Keys(RandomPrompt(seed, blocks));
-    auto w = c.Allocate(keys);
-    EXPECT_TRUE(w.ok()) << w.status().ToString();
-    if (!w.ok()) return {};
-    for (size_t i = 0; i < w->size(); ++i) {
-      if (w->state(i) == WireWriteState::kAllocated) FillPattern(w->Bytes(i), keys[i]);
-    }
-    EXPECT_TRUE(w->Commit().ok());
-    return keys;
+    return PutPattern(c, RandomPrompt(seed, blocks));
   }
   static size_t Cached(Client& c, const std::vector<BlockKey>& keys) {
     auto r = c.Lookup(keys);
     return r.ok() ? r->tiers.size() : 0;
   }
 
-  std::string data_;
+  std::optional<TempDir> data_;  // the ssd tier's, when there is one
   std::unique_ptr<Daemon> daemon_;
 };
 
@@ -100,7 +71,7 @@ TEST_F(DaemonHintTest, AHintedPrefixOutlivesATurnoverUntilItsRequestRuns) {
   ASSERT_EQ(lease->size(), 8u);
   for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(MatchesPattern(lease->Bytes(i), waiting[i]));
   ASSERT_TRUE(lease->Release().ok());
-  auto s = Stats(*c);
+  auto s = StatsOf(*c);
   EXPECT_EQ(s["hinted_blocks"], "8");
   EXPECT_EQ(s["hints_used"], "8");
   EXPECT_EQ(s["hinted_now"], "0");
@@ -127,7 +98,7 @@ TEST_F(DaemonHintTest, HintsPastTheSessionsBoundAreRefusedAndChangeNothing) {
   EXPECT_NE(too_long.status().message().find("server.max_hint_ttl_ms"), std::string::npos)
       << too_long.status().message();
   // The session goes on; nothing of b was protected.
-  auto s = Stats(*c);
+  auto s = StatsOf(*c);
   EXPECT_EQ(s["hinted_now"], "8");
   EXPECT_EQ(s["refused.max_hinted_blocks_per_session"], "1");
   // Another worker has a bound of its own.
@@ -141,7 +112,7 @@ TEST_F(DaemonHintTest, HintsPastTheSessionsBoundAreRefusedAndChangeNothing) {
   ASSERT_TRUE(withdrawn.ok()) << withdrawn.status().ToString();
   EXPECT_EQ(*withdrawn, 8u);
   EXPECT_TRUE(c->Hint(std::span(b).first(4)).ok());
-  EXPECT_EQ(Stats(*c)["hinted_now"], "8");  // b's eight, hinted by both
+  EXPECT_EQ(StatsOf(*c)["hinted_now"], "8");  // b's eight, hinted by both
 }
 
 TEST_F(DaemonHintTest, AHintedSsdBlockIsServedFromTheHost) {
@@ -163,13 +134,13 @@ TEST_F(DaemonHintTest, AHintedSsdBlockIsServedFromTheHost) {
   where = c->Lookup(early);
   ASSERT_TRUE(where.ok());
   EXPECT_EQ(where->tiers, std::vector<WireTier>(8, WireTier::kHost));
-  auto before = Stats(*c);
+  auto before = StatsOf(*c);
   auto lease = c->Acquire(early);
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   ASSERT_EQ(lease->size(), 8u);
   for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(MatchesPattern(lease->Bytes(i), early[i]));
   ASSERT_TRUE(lease->Release().ok());
-  auto after = Stats(*c);
+  auto after = StatsOf(*c);
   EXPECT_EQ(after["prefetched_blocks"], "8");
   EXPECT_EQ(after["prefetched_used"], "8");
   // The acquire itself read nothing from the disk.
@@ -191,7 +162,7 @@ TEST_F(DaemonHintTest, HintsForKeysNeverWrittenAreHarmless) {
   EXPECT_EQ(*w, 0u);
   EXPECT_EQ(Cached(*c, never), 0u);
   EXPECT_EQ(Cached(*c, written), 8u);
-  auto s = Stats(*c);
+  auto s = StatsOf(*c);
   EXPECT_EQ(s["hinted_blocks"], "0");
   EXPECT_EQ(s["request_errors"], "0");
 }
@@ -205,15 +176,15 @@ TEST_F(DaemonHintTest, ASessionsHintsEndWithIt) {
     ASSERT_NE(worker, nullptr);
     const auto a = Put(*worker, 1);
     ASSERT_TRUE(worker->Hint(a).ok());
-    EXPECT_EQ(Stats(*watcher)["hinted_now"], "8");
+    EXPECT_EQ(StatsOf(*watcher)["hinted_now"], "8");
   }
   // The worker's connection is closed: its waiting queue is gone.
   std::string now;
-  for (int i = 0; i < 500 && (now = Stats(*watcher)["hinted_now"]) != "0"; ++i) {
+  for (int i = 0; i < 500 && (now = StatsOf(*watcher)["hinted_now"]) != "0"; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(now, "0");
-  EXPECT_EQ(Stats(*watcher)["hints_withdrawn"], "8");
+  EXPECT_EQ(StatsOf(*watcher)["hints_withdrawn"], "8");
 }
 
 }  // namespace

@@ -20,7 +20,7 @@
 
 #include "client/client.h"
 #include "common/units.h"
-#include "daemon_harness.h"
+#include "support/daemon_client.h"
 
 namespace kvtier::testing {
 namespace {
@@ -54,20 +54,16 @@ class HostileClientTest : public ::testing::Test {
     ASSERT_TRUE(w->Commit().ok());
   }
 
-  Result<std::unique_ptr<Client>> TryConnect(const std::string& model = "m") {
-    client::ClientOptions o;
-    o.socket_path = daemon_->socket();
-    o.model = model;
+  client::ClientOptions Options(const std::string& model) const {
+    client::ClientOptions o = TestClientOptions(daemon_->socket(), model, "hostile-test");
     o.layout = Layout{1, 1, 64, DType::kFloat16, 16};  // 4 KiB blocks, as TestHello
-    o.client_name = "hostile-test";
     o.io_timeout_ms = 10'000;
-    return Client::Connect(o);
+    return o;
   }
-  std::unique_ptr<Client> Connect() {
-    auto c = TryConnect();
-    EXPECT_TRUE(c.ok()) << c.status().ToString() << "\n" << daemon_->Log();
-    return c.ok() ? std::move(c).value() : nullptr;
+  Result<std::unique_ptr<Client>> TryConnect(const std::string& model = "m") {
+    return Client::Connect(Options(model));
   }
+  std::unique_ptr<Client> Connect() { return ConnectClient(Options("m"), daemon_.get()); }
 
   // A raw connection that has said HELLO.
   std::unique_ptr<RawConnection> Attach() {
@@ -100,11 +96,7 @@ class HostileClientTest : public ::testing::Test {
     EXPECT_LT(Clock::now() - start, kLivenessBound) << n << " requests";
   }
 
-  std::map<std::string, std::string> Stats() {
-    std::map<std::string, std::string> out;
-    if (auto s = good_->Stats(); s.ok()) out.insert(s->begin(), s->end());
-    return out;
-  }
+  std::map<std::string, std::string> Stats() { return StatsOf(*good_); }
   // Waits (up to 10 s) until the daemon counts `n` sessions.
   bool WaitForSessions(const std::string& n) {
     for (int i = 0; i < 1000; ++i) {

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "client/client.h"
-#include "daemon_harness.h"
+#include "support/daemon_client.h"
 
 namespace kvtier::testing {
 namespace {
@@ -25,21 +25,6 @@ using prefix_index::TokenId;
 using protocol::WireTier;
 using protocol::WireWriteState;
 
-std::vector<TokenId> Prompt(uint32_t seed, size_t tokens) {
-  std::mt19937 rng(seed);
-  std::vector<TokenId> t(tokens);
-  for (auto& x : t) x = static_cast<TokenId>(rng() % 50'000);
-  return t;
-}
-
-std::map<std::string, std::string> StatsOf(Client& c) {
-  auto s = c.Stats();
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  std::map<std::string, std::string> out;
-  if (s.ok()) out.insert(s->begin(), s->end());
-  return out;
-}
-
 class IntegrationTest : public ::testing::Test {
  protected:
   void Start(std::vector<std::string> args = {}) {
@@ -48,29 +33,14 @@ class IntegrationTest : public ::testing::Test {
   }
   std::unique_ptr<Client> Connect(const std::string& model = "llama-test",
                                   const std::string& salt = "") {
-    ClientOptions o;
-    o.socket_path = daemon_->socket();
-    o.model = model;
+    ClientOptions o = TestClientOptions(daemon_->socket(), model, "integration");
     o.salt = salt;
-    o.layout = Layout{2, 2, 64, DType::kFloat16, 16};  // 16 KiB blocks
-    o.client_name = "integration";
-    o.io_timeout_ms = 20'000;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status().ToString() << "\n" << daemon_->Log();
-    return c.ok() ? std::move(c).value() : nullptr;
+    return ConnectClient(o, daemon_.get());
   }
   // Zero-copy put of every full block of `tokens`; returns the keys.
-  std::vector<BlockKey> Put(Client& c, const std::vector<TokenId>& tokens,
-                            WireTier tier = WireTier::kHost) {
-    const auto keys = c.Keys(tokens);
-    auto w = c.Allocate(keys, std::nullopt, tier);
-    EXPECT_TRUE(w.ok()) << w.status().ToString();
-    if (!w.ok()) return keys;
-    for (size_t i = 0; i < w->size(); ++i) {
-      if (w->state(i) == WireWriteState::kAllocated) FillPattern(w->Bytes(i), keys[i]);
-    }
-    EXPECT_TRUE(w->Commit().ok());
-    return keys;
+  static std::vector<BlockKey> Put(Client& c, const std::vector<TokenId>& tokens,
+                                   WireTier tier = WireTier::kHost) {
+    return PutPattern(c, tokens, tier);
   }
 
   std::unique_ptr<Daemon> daemon_;
@@ -82,7 +52,7 @@ TEST_F(IntegrationTest, SecondClientHitsWhatTheFirstCommittedWithEqualBytes) {
   auto b = Connect();
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->session().namespace_id, b->session().namespace_id);
-  const auto tokens = Prompt(1, 16 * 10 + 5);
+  const auto tokens = RandomTokens(1, 16 * 10 + 5);
   const auto keys = Put(*a, tokens);
   ASSERT_EQ(keys.size(), 10u);
   // b computes the same keys from the same tokens, finds them all...
@@ -115,7 +85,7 @@ TEST_F(IntegrationTest, InlinePutIsReadInPlaceByAnother) {
   Start();
   auto a = Connect();
   auto b = Connect();
-  const auto keys = a->Keys(Prompt(2, 16 * 4));
+  const auto keys = a->Keys(RandomTokens(2, 16 * 4));
   std::vector<std::byte> data(keys.size() * a->block_bytes());
   for (size_t i = 0; i < keys.size(); ++i) {
     FillPattern(std::span(data).subspan(i * a->block_bytes(), a->block_bytes()), keys[i]);
@@ -133,7 +103,7 @@ TEST_F(IntegrationTest, AnotherNamespaceNeverHits) {
   auto a = Connect("llama-test");
   auto other_model = Connect("mistral-test");
   auto other_tenant = Connect("llama-test", "tenant-b");
-  const auto tokens = Prompt(3, 16 * 6);
+  const auto tokens = RandomTokens(3, 16 * 6);
   const auto keys = Put(*a, tokens);
   // Identical tokens: other namespaces compute other keys (other secrets)...
   EXPECT_NE(other_model->Keys(tokens), keys);
@@ -159,7 +129,7 @@ TEST_F(IntegrationTest, TenantsWritingIdenticalTokensNeverGetEachOthersBlocks) {
   ASSERT_TRUE(a && b);
   EXPECT_NE(a->session().namespace_id, b->session().namespace_id);
   EXPECT_NE(a->session().namespace_secret, b->session().namespace_secret);
-  const auto tokens = Prompt(7, 16 * 8);
+  const auto tokens = RandomTokens(7, 16 * 8);
   const auto ka = Put(*a, tokens);
   const auto kb = Put(*b, tokens, WireTier::kDevice);
   ASSERT_EQ(ka.size(), 8u);
@@ -220,21 +190,17 @@ TEST_F(IntegrationTest, ClientKilledMidWriteLeavesNoSlotOrLeaseBehind) {
   Start();
   auto observer = Connect();
   const auto before = StatsOf(*observer);
-  const auto shared = Put(*observer, Prompt(4, 16 * 3));
+  const auto shared = Put(*observer, RandomTokens(4, 16 * 3));
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
   const pid_t child = ::fork();
   if (child == 0) {
     // The worker: takes a lease, allocates, writes half a block, then is
     // killed before it commits.
-    ClientOptions o;
-    o.socket_path = daemon_->socket();
-    o.model = "llama-test";
-    o.layout = Layout{2, 2, 64, DType::kFloat16, 16};
-    auto c = Client::Connect(o);
+    auto c = Client::Connect(TestClientOptions(daemon_->socket()));
     if (!c.ok()) ::_exit(1);
     auto lease = (*c)->Acquire(shared);
-    auto w = (*c)->Allocate((*c)->Keys(Prompt(5, 16 * 8)));
+    auto w = (*c)->Allocate((*c)->Keys(RandomTokens(5, 16 * 8)));
     if (!lease.ok() || !w.ok()) ::_exit(2);
     std::memset(w->Bytes(0).data(), 0xab, w->Bytes(0).size() / 2);
     [[maybe_unused]] auto n = ::write(ready[1], "x", 1);
@@ -263,7 +229,7 @@ TEST_F(IntegrationTest, ClientKilledMidWriteLeavesNoSlotOrLeaseBehind) {
   EXPECT_EQ(after["tier.host.pinned_blocks"], "0");
   EXPECT_EQ(after["tier.host.blocks"], "3");  // only the committed ones
   EXPECT_EQ(after["aborted_blocks"], "8");
-  EXPECT_EQ(observer->Lookup(observer->Keys(Prompt(5, 16 * 8)))->tiers.size(), 0u);
+  EXPECT_EQ(observer->Lookup(observer->Keys(RandomTokens(5, 16 * 8)))->tiers.size(), 0u);
   EXPECT_EQ(before.at("open_leases"), "0");
   ::close(ready[0]);
   ::close(ready[1]);
@@ -275,9 +241,10 @@ TEST_F(IntegrationTest, DeviceTierWritesAreReadFromTheHostAfterDemotion) {
   auto b = Connect();
   ASSERT_EQ(a->session().device, protocol::DeviceKind::kEmulated);
   ASSERT_TRUE(a->mapped(WireTier::kDevice));
-  const auto first = Put(*a, Prompt(6, 16 * 8), WireTier::kDevice);
+  const auto first = Put(*a, RandomTokens(6, 16 * 8), WireTier::kDevice);
   // 1 MiB of device holds 64 blocks of 16 KiB: more pushes the first down.
-  for (uint32_t seed = 100; seed < 110; ++seed) Put(*a, Prompt(seed, 16 * 8), WireTier::kDevice);
+  for (uint32_t seed = 100; seed < 110; ++seed)
+    Put(*a, RandomTokens(seed, 16 * 8), WireTier::kDevice);
   auto where = b->Lookup(first);
   ASSERT_EQ(where->tiers.size(), 8u);
   EXPECT_EQ(where->tiers[0], WireTier::kHost);
@@ -310,7 +277,7 @@ TEST_F(IntegrationTest, SixtyFourConcurrentClientsNeverReadAWrongByte) {
       for (int round = 0; round < kRounds; ++round) {
         // 80 prompts shared by all clients, so hits cross sessions; their
         // blocks (up to 15 MiB) overflow the 4 MiB tier.
-        const auto tokens = Prompt(static_cast<uint32_t>(rng() % 80), 16 * (1 + rng() % 12));
+        const auto tokens = RandomTokens(static_cast<uint32_t>(rng() % 80), 16 * (1 + rng() % 12));
         const auto keys = c->Keys(tokens);
         switch (rng() % 5) {
           case 0: {
@@ -394,14 +361,10 @@ TEST(RetentionTest, LowPriorityGoesFirstAndDurationsExpire) {
   auto d = Daemon::Start(
       {"--host-capacity", "1MiB", "--host-slab", "256KiB", "--host-policy", "priority"});
   ASSERT_NE(d, nullptr);
-  client::ClientOptions o;
-  o.socket_path = d->socket();
-  o.model = "llama-test";
-  o.layout = Layout{2, 2, 64, DType::kFloat16, 16};
-  auto c = client::Client::Connect(o);
+  auto c = client::Client::Connect(TestClientOptions(d->socket()));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   auto put = [&](uint32_t seed, size_t blocks) {
-    const auto keys = (*c)->Keys(Prompt(seed, blocks * 16));
+    const auto keys = (*c)->Keys(RandomTokens(seed, blocks * 16));
     auto w = (*c)->Allocate(keys);
     EXPECT_TRUE(w.ok());
     for (size_t i = 0; i < w->size(); ++i) {

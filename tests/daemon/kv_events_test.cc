@@ -17,7 +17,11 @@
 #define MSGPACK_NO_BOOST
 #include <msgpack.hpp>
 
+#include "support/temp_dir.h"
+
 namespace kvtier::daemon {
+
+using kvtier::testing::TempDir;
 namespace {
 
 using std::chrono::milliseconds;
@@ -155,14 +159,7 @@ bool WaitFor(Pred pred) {
 
 class KvEventsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/kvtier-events-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string Ipc(const std::string& name) const { return "ipc://" + dir_ + "/" + name; }
+  std::string Ipc(const std::string& name) const { return "ipc://" + (dir_ / name); }
 
   std::unique_ptr<KvEventPublisher> StartOrDie(const KvEventOptions& options) {
     auto p = KvEventPublisher::Start(options);
@@ -200,7 +197,7 @@ class KvEventsTest : public ::testing::Test {
   }
 
   zmq::context_t ctx_;
-  std::string dir_;
+  TempDir dir_{"/tmp/kvtier-events"};
 };
 
 // The bytes of vLLM's own encoder for this batch: msgspec 0.23.0's

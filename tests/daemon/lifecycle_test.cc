@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "daemon_harness.h"
+#include "support/daemon_harness.h"
 
 namespace kvtier::testing {
 namespace {
@@ -75,9 +75,8 @@ TEST(LifecycleTest, LiveSocketOfAnotherDaemonIsAnError) {
 }
 
 TEST(LifecycleTest, PathThatIsNotASocketIsLeftAlone) {
-  char tmpl[] = "/tmp/kvtier-notsock-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
-  const std::string path = dir + "/file";
+  const TempDir dir("/tmp/kvtier-notsock");
+  const std::string path = dir / "file";
   std::ofstream(path) << "precious";
   std::string err;
   const int status =
@@ -89,32 +88,29 @@ TEST(LifecycleTest, PathThatIsNotASocketIsLeftAlone) {
   in >> content;
   EXPECT_EQ(content, "precious");
   ::unlink(path.c_str());
-  ::rmdir(dir.c_str());
 }
 
 TEST(LifecycleTest, DataDirectoryOfAnotherFormatIsRefusedUntouched) {
-  char tmpl[] = "/var/tmp/kvtier-format-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
-  std::ofstream(dir + "/FORMAT") << "kvtier-ssd-format 99\n";
-  std::ofstream(dir + "/blocks-4096.dat") << "someone's data";
+  const TempDir dir("/var/tmp/kvtier-format");
+  std::ofstream(dir / "FORMAT") << "kvtier-ssd-format 99\n";
+  std::ofstream(dir / "blocks-4096.dat") << "someone's data";
   std::string err;
-  const int status = RunDaemonToExit({"--socket", dir + "/kvtierd.sock", "--no-reserve-memory",
+  const int status = RunDaemonToExit({"--socket", dir / "kvtierd.sock", "--no-reserve-memory",
                                       "--host-capacity", "8MiB", "--ssd-dir", dir},
                                      &err);
   EXPECT_NE(WEXITSTATUS(status), 0);
   EXPECT_NE(err.find("format"), std::string::npos) << err;
   // Nothing in it changed: the same two files, the same bytes.
   size_t files = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
     (void)e;
     ++files;
   }
   EXPECT_EQ(files, 2u);
-  std::ifstream format(dir + "/FORMAT");
+  std::ifstream format(dir / "FORMAT");
   std::string line;
   std::getline(format, line);
   EXPECT_EQ(line, "kvtier-ssd-format 99");
-  std::filesystem::remove_all(dir);
 }
 
 TEST(LifecycleTest, HelpListsTheFlags) {
@@ -128,9 +124,8 @@ TEST(LifecycleTest, HelpListsTheFlags) {
 }
 
 TEST(LifecycleTest, BadConfigurationIsAClearError) {
-  char tmpl[] = "/tmp/kvtier-conf-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
-  const std::string path = dir + "/kvtierd.toml";
+  const TempDir dir("/tmp/kvtier-conf");
+  const std::string path = dir / "kvtierd.toml";
   std::ofstream(path) << "[host]\ncapacity = \"lots\"\n";
   std::string err;
   int status = RunDaemonToExit({"--config", path}, &err);
@@ -141,7 +136,6 @@ TEST(LifecycleTest, BadConfigurationIsAClearError) {
   EXPECT_NE(WEXITSTATUS(status), 0);
   EXPECT_NE(err.find("unknown key"), std::string::npos) << err;
   ::unlink(path.c_str());
-  ::rmdir(dir.c_str());
 }
 
 }  // namespace

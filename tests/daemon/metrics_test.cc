@@ -28,7 +28,7 @@
 
 #include "client/client.h"
 #include "daemon/config.h"
-#include "daemon_harness.h"
+#include "support/daemon_client.h"
 
 namespace kvtier::testing {
 namespace {
@@ -166,12 +166,10 @@ class MetricsTest : public ::testing::Test {
   // A daemon with all three tiers (a 2 MiB emulated device tier of 1 MiB
   // slabs: 128 blocks of 16 KiB) and metrics on a free port.
   void StartDaemon(const std::vector<std::string>& extra = {}) {
-    char tmpl[] = "/var/tmp/kvtier-metrics-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
     std::vector<std::string> args = {
         "--metrics-address", "127.0.0.1:0", "--device",       "emulated",
         "--device-capacity", "2MiB",        "--host-slab",    "1MiB",
-        "--ssd-dir",         dir_ + "/ssd", "--ssd-capacity", "32MiB"};
+        "--ssd-dir",         dir_ / "ssd",  "--ssd-capacity", "32MiB"};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon_ = Daemon::Start(args);
     ASSERT_NE(daemon_, nullptr);
@@ -188,21 +186,10 @@ class MetricsTest : public ::testing::Test {
     }
     ASSERT_NE(port_, 0) << daemon_->Log();
   }
-  void TearDown() override {
-    daemon_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { daemon_.reset(); }
 
   std::unique_ptr<Client> Connect() {
-    client::ClientOptions o;
-    o.socket_path = daemon_->socket();
-    o.model = "metrics-test";
-    o.layout = Layout{2, 2, 64, DType::kFloat16, 16};
-    o.client_name = "metrics-test";
-    o.io_timeout_ms = 20'000;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? std::move(c).value() : nullptr;
+    return ConnectClient(TestClientOptions(daemon_->socket(), "metrics-test", "metrics-test"));
   }
 
   Exposition Scrape() {
@@ -232,7 +219,7 @@ class MetricsTest : public ::testing::Test {
     return committed;
   }
 
-  std::string dir_;
+  TempDir dir_{"/var/tmp/kvtier-metrics"};
   std::unique_ptr<Daemon> daemon_;
   uint16_t port_ = 0;
   std::string text_;  // the last exposition scraped
@@ -409,7 +396,7 @@ TEST_F(MetricsTest, PromtoolAcceptsTheExpositionAndMalformedFramesAreCountedAndL
   EXPECT_LT(lines, 5u) << log;
 
   if (!OnPath("promtool")) GTEST_SKIP() << "promtool not installed (Debian package prometheus)";
-  const std::string path = dir_ + "/metrics.txt";
+  const std::string path = dir_ / "metrics.txt";
   std::ofstream(path) << text_;
   const auto [code, out] = Shell("promtool check metrics < " + path);
   EXPECT_EQ(code, 0) << out;
@@ -516,15 +503,15 @@ TEST_F(MetricsTest, PrometheusScrapesTheDaemonAndAnswersTheDashboardQueries) {
   ASSERT_EQ(Put(*c, c->Keys(RandomPrompt(5, 6)), WireTier::kHost, 6), 6u);
 
   const uint16_t web = FreePort();
-  const std::string config = dir_ + "/prometheus.yml";
+  const std::string config = dir_ / "prometheus.yml";
   std::ofstream(config) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                         << "scrape_configs:\n  - job_name: kvtier\n    scrape_timeout: 1s\n"
                         << "    static_configs:\n      - targets: [\"127.0.0.1:" << port_
                         << "\"]\n";
   const std::string cmd = "exec prometheus --config.file=" + config +
-                          " --storage.tsdb.path=" + dir_ +
+                          " --storage.tsdb.path=" + dir_.path() +
                           "/tsdb --web.listen-address=127.0.0.1:" + std::to_string(web) +
-                          " --log.level=warn > " + dir_ + "/prometheus.log 2>&1";
+                          " --log.level=warn > " + dir_ / "prometheus.log 2>&1";
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
@@ -544,7 +531,7 @@ TEST_F(MetricsTest, PrometheusScrapesTheDaemonAndAnswersTheDashboardQueries) {
     std::this_thread::sleep_for(200ms);
   }
   EXPECT_NE(answer.find("\"__name__\":\"kvtier_committed_blocks_total\""), std::string::npos)
-      << answer << ReadFile(dir_ + "/prometheus.log");
+      << answer << ReadFile(dir_ / "prometheus.log");
   EXPECT_NE(answer.find(",\"6\"]"), std::string::npos) << answer;
   // Every dashboard query is valid PromQL over these metrics.
   for (std::string e : DashboardExprs()) {
@@ -569,11 +556,7 @@ TEST_F(MetricsTest, PrometheusScrapesTheDaemonAndAnswersTheDashboardQueries) {
 TEST(StatsCommandTest, StatsWatchAndPlanShowTheDaemonsFigures) {
   auto d = Daemon::Start();
   ASSERT_NE(d, nullptr);
-  client::ClientOptions o;
-  o.socket_path = d->socket();
-  o.model = "stats-test";
-  o.layout = Layout{2, 2, 64, DType::kFloat16, 16};
-  auto c = Client::Connect(o);
+  auto c = Client::Connect(TestClientOptions(d->socket(), "stats-test"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const auto keys = (*c)->Keys(RandomPrompt(6, 4));
   auto w = (*c)->Allocate(keys);
@@ -620,9 +603,8 @@ TEST(MetricsConfigTest, AddressComesFromFileAndFlagAndBadOnesAreRefused) {
   ASSERT_TRUE(shipped.ok()) << shipped.status().ToString();
   EXPECT_EQ(shipped->metrics_address, defaults.metrics_address);
 
-  char tmpl[] = "/tmp/kvtier-mconf-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
-  const std::string path = dir + "/kvtierd.toml";
+  const TempDir dir("/tmp/kvtier-mconf");
+  const std::string path = dir / "kvtierd.toml";
   std::ofstream(path) << "[metrics]\naddress = \"\"\n";
   auto off = daemon::LoadConfigFile(path);
   ASSERT_TRUE(off.ok()) << off.status().ToString();
@@ -637,8 +619,7 @@ TEST(MetricsConfigTest, AddressComesFromFileAndFlagAndBadOnesAreRefused) {
   EXPECT_TRUE(daemon::ValidateMetricsAddress("0.0.0.0:0").ok());
 
   std::string err;
-  int status =
-      RunDaemonToExit({"--socket", dir + "/a.sock", "--metrics-address", "nonsense"}, &err);
+  int status = RunDaemonToExit({"--socket", dir / "a.sock", "--metrics-address", "nonsense"}, &err);
   EXPECT_NE(WEXITSTATUS(status), 0);
   EXPECT_NE(err.find("metrics address 'nonsense'"), std::string::npos) << err;
 
@@ -652,15 +633,14 @@ TEST(MetricsConfigTest, AddressComesFromFileAndFlagAndBadOnesAreRefused) {
   socklen_t len = sizeof addr;
   ::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len);
   status = RunDaemonToExit(
-      {"--socket", dir + "/b.sock", "--no-reserve-memory", "--host-capacity", "8MiB", "--ssd-dir",
+      {"--socket", dir / "b.sock", "--no-reserve-memory", "--host-capacity", "8MiB", "--ssd-dir",
        "", "--metrics-address", "127.0.0.1:" + std::to_string(ntohs(addr.sin_port))},
       &err);
   ::close(busy);
   EXPECT_NE(WEXITSTATUS(status), 0);
   EXPECT_NE(err.find("cannot serve metrics"), std::string::npos) << err;
   struct stat st {};
-  EXPECT_NE(::lstat((dir + "/b.sock").c_str(), &st), 0);
-  std::filesystem::remove_all(dir);
+  EXPECT_NE(::lstat((dir / "b.sock").c_str(), &st), 0);
 }
 
 }  // namespace

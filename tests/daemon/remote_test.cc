@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "client/client.h"
-#include "daemon_harness.h"
-#include "redis_harness.h"
+#include "support/daemon_client.h"
+#include "support/redis_harness.h"
 
 namespace kvtier::testing {
 namespace {
@@ -30,22 +30,6 @@ using protocol::WireWriteState;
 
 constexpr uint64_t kBlockBytes = 16 * 1024;  // Layout{2, 2, 64, fp16, 16}
 
-std::vector<TokenId> Prompt(uint32_t seed, size_t blocks) {
-  std::mt19937 rng(seed);
-  std::vector<TokenId> t(blocks * 16);
-  for (auto& x : t) x = static_cast<TokenId>(rng() % 50'000);
-  return t;
-}
-
-std::string StatOf(Client& c, const std::string& name) {
-  auto s = c.Stats();
-  if (!s.ok()) return "";
-  for (const auto& [k, v] : *s) {
-    if (k == name) return v;
-  }
-  return "";
-}
-
 uint64_t Num(const std::string& s) { return s.empty() ? 0 : std::stoull(s); }
 
 class RemoteTest : public ::testing::Test {
@@ -53,16 +37,12 @@ class RemoteTest : public ::testing::Test {
   void StartCluster(const RedisClusterSpec& spec = {}) {
     redis_ = RedisHarness::Start(spec);
     ASSERT_NE(redis_, nullptr);
-    char tmpl[] = "/tmp/kvtier-secret-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+    dir_.emplace("/tmp/kvtier-secret");
     secret_ = WriteSecret("a", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
   }
-  void TearDown() override {
-    nodes_.clear();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { nodes_.clear(); }
   std::string WriteSecret(const std::string& name, const std::string& hex) {
-    const std::string path = dir_ + "/" + name + ".secret";
+    const std::string path = *dir_ / (name + ".secret");
     std::ofstream(path) << hex << "\n";
     std::filesystem::permissions(
         path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
@@ -98,26 +78,10 @@ class RemoteTest : public ::testing::Test {
     return t;
   }
   static std::unique_ptr<Client> Connect(Daemon& d) {
-    ClientOptions o;
-    o.socket_path = d.socket();
-    o.model = "llama-test";
-    o.layout = Layout{2, 2, 64, DType::kFloat16, 16};
-    o.client_name = "remote-test";
-    o.io_timeout_ms = 20'000;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status().ToString() << "\n" << d.Log();
-    return c.ok() ? std::move(c).value() : nullptr;
+    return ConnectClient(TestClientOptions(d.socket(), "llama-test", "remote-test"), &d);
   }
   static std::vector<BlockKey> Put(Client& c, const std::vector<TokenId>& tokens) {
-    const auto keys = c.Keys(tokens);
-    auto w = c.Allocate(keys, std::nullopt, WireTier::kHost);
-    EXPECT_TRUE(w.ok()) << w.status().ToString();
-    if (!w.ok()) return keys;
-    for (size_t i = 0; i < w->size(); ++i) {
-      if (w->state(i) == WireWriteState::kAllocated) FillPattern(w->Bytes(i), keys[i]);
-    }
-    EXPECT_TRUE(w->Commit().ok());
-    return keys;
+    return PutPattern(c, tokens);
   }
   // Acquires `keys` in the host; every leased block must be exactly its
   // block. Returns how many were leased.
@@ -136,7 +100,7 @@ class RemoteTest : public ::testing::Test {
   // no write is still under way.
   static bool WaitOnDisk(Client& c, uint64_t bytes) {
     for (int i = 0; i < 200; ++i) {
-      if (Num(StatOf(c, "tier.ssd.used_bytes")) >= bytes && StatOf(c, "moves_in_flight") == "0") {
+      if (Num(StatsOf(c)["tier.ssd.used_bytes"]) >= bytes && StatsOf(c)["moves_in_flight"] == "0") {
         return true;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
@@ -146,14 +110,15 @@ class RemoteTest : public ::testing::Test {
   // Waits until the node's STATS entry reaches `at_least`.
   static bool WaitStat(Client& c, const std::string& name, uint64_t at_least) {
     for (int i = 0; i < 200; ++i) {
-      if (Num(StatOf(c, name)) >= at_least) return true;
+      if (Num(StatsOf(c)[name]) >= at_least) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
     return false;
   }
 
   std::unique_ptr<RedisHarness> redis_;
-  std::string dir_, secret_;
+  std::optional<TempDir> dir_;  // the secrets, and sockets of nodes started by hand
+  std::string secret_;
   std::vector<std::unique_ptr<Daemon>> nodes_;
 };
 
@@ -161,7 +126,7 @@ TEST_F(RemoteTest, WriteThroughAPrefixIsReadByteExactThroughAnotherNodeAtOnce) {
   StartCluster();
   auto [node_a, node_b, a, b] = StartTwoNodes({"--remote-write-through"});
   ASSERT_TRUE(a && b);
-  const auto tokens = Prompt(1, 10);
+  const auto tokens = RandomPrompt(1, 10);
   const auto keys = Put(*a, tokens);
   ASSERT_EQ(b->Keys(tokens), keys);  // one deployment secret: the same keys
   ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 10));
@@ -173,9 +138,9 @@ TEST_F(RemoteTest, WriteThroughAPrefixIsReadByteExactThroughAnotherNodeAtOnce) {
   EXPECT_EQ(wrong, 0u);
   // Now in B's own host tier.
   EXPECT_EQ(b->Lookup(keys)->tiers, std::vector<WireTier>(10, WireTier::kHost));
-  EXPECT_EQ(StatOf(*b, "tier.remote.hits"), "10");
+  EXPECT_EQ(StatsOf(*b)["tier.remote.hits"], "10");
   // Inline GET reaches the remote tier as well.
-  const auto other = Put(*a, Prompt(2, 3));
+  const auto other = Put(*a, RandomPrompt(2, 3));
   ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 13));
   auto got = b->GetInline(other);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -191,10 +156,10 @@ TEST_F(RemoteTest, WriteBackAPrefixReachesAnotherNodeAfterTheFirstEvictsIt) {
   // 64 blocks of host: two more prompts of 32 evict the first.
   auto [node_a, node_b, a, b] = StartTwoNodes({"--host-capacity", "1MiB", "--host-slab", "1MiB"});
   ASSERT_TRUE(a && b);
-  const auto keys = Put(*a, Prompt(3, 8));
-  EXPECT_EQ(StatOf(*a, "tier.remote.written_blocks"), "0");  // still in A's memory
-  Put(*a, Prompt(4, 32));
-  Put(*a, Prompt(5, 32));
+  const auto keys = Put(*a, RandomPrompt(3, 8));
+  EXPECT_EQ(StatsOf(*a)["tier.remote.written_blocks"], "0");  // still in A's memory
+  Put(*a, RandomPrompt(4, 32));
+  Put(*a, RandomPrompt(5, 32));
   ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 8));
   auto found = b->Lookup(keys);
   ASSERT_TRUE(found.ok());
@@ -211,13 +176,13 @@ TEST_F(RemoteTest, ANodeWithAnotherDeploymentSecretIsRefused) {
       WriteSecret("b", "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100");
   std::string log;
   const int status = RunDaemonToExit(
-      {"--socket", dir_ + "/b.sock", "--no-reserve-memory", "--ssd-dir", "", "--metrics-address",
+      {"--socket", *dir_ / "b.sock", "--no-reserve-memory", "--ssd-dir", "", "--metrics-address",
        "", "--remote-seeds", redis_->seed_list(), "--remote-secret-file", other},
       &log);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << log;
   EXPECT_NE(log.find("another deployment secret"), std::string::npos) << log;
   // Without the secret file at all: a clear error too.
-  const int no_secret = RunDaemonToExit({"--socket", dir_ + "/c.sock", "--no-reserve-memory",
+  const int no_secret = RunDaemonToExit({"--socket", *dir_ / "c.sock", "--no-reserve-memory",
                                          "--ssd-dir", "", "--remote-seeds", redis_->seed_list()},
                                         &log);
   EXPECT_TRUE(WIFEXITED(no_secret) && WEXITSTATUS(no_secret) != 0);
@@ -226,7 +191,7 @@ TEST_F(RemoteTest, ANodeWithAnotherDeploymentSecretIsRefused) {
 
 TEST_F(RemoteTest, AnSsdDirectoryKeyedUnderAnotherSecretIsRefused) {
   StartCluster();
-  const std::string ssd = dir_ + "/ssd";
+  const std::string ssd = *dir_ / "ssd";
   // Written through, so the blocks are on disk when the node stops.
   const std::vector<std::string> ssd_args = {
       "--ssd-dir",     ssd,      "--ssd-capacity",     "64MiB",
@@ -237,10 +202,10 @@ TEST_F(RemoteTest, AnSsdDirectoryKeyedUnderAnotherSecretIsRefused) {
     ASSERT_NE(alone, nullptr);
     auto c = Connect(*alone);
     ASSERT_NE(c, nullptr);
-    ASSERT_EQ(Put(*c, Prompt(11, 3)).size(), 3u);
+    ASSERT_EQ(Put(*c, RandomPrompt(11, 3)).size(), 3u);
     ASSERT_TRUE(WaitOnDisk(*c, 3 * 16384));
   }
-  std::vector<std::string> args = {"--socket", dir_ + "/r.sock", "--no-reserve-memory",
+  std::vector<std::string> args = {"--socket", *dir_ / "r.sock", "--no-reserve-memory",
                                    "--metrics-address", ""};
   args.insert(args.end(), ssd_args.begin(), ssd_args.end());
   for (const std::string& a : NodeArgs()) args.push_back(a);
@@ -255,7 +220,7 @@ TEST_F(RemoteTest, AnSsdDirectoryKeyedUnderAnotherSecretIsRefused) {
     ASSERT_NE(node, nullptr);
     auto c = Connect(*node);
     ASSERT_NE(c, nullptr);
-    ASSERT_EQ(Put(*c, Prompt(12, 3)).size(), 3u);
+    ASSERT_EQ(Put(*c, RandomPrompt(12, 3)).size(), 3u);
     ASSERT_TRUE(WaitOnDisk(*c, 3 * 16384));
     nodes_.clear();
   }
@@ -274,7 +239,7 @@ TEST_F(RemoteTest, AClusterStoppedLeavesTheNodeServingItsOwnTiers) {
   StartCluster();
   auto [node_a, node_b, a, b] = StartTwoNodes({"--remote-write-through"});
   ASSERT_TRUE(a && b);
-  const auto shared = Put(*a, Prompt(6, 4));
+  const auto shared = Put(*a, RandomPrompt(6, 4));
   ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 4));
   redis_->KillAll();
   // B's lookups and acquires of what only the cluster had: misses, no errors.
@@ -285,12 +250,12 @@ TEST_F(RemoteTest, AClusterStoppedLeavesTheNodeServingItsOwnTiers) {
   EXPECT_EQ(AcquireChecked(*b, shared, &wrong), 0u);
   // Both nodes keep serving their own tiers.
   for (Client* c : {a.get(), b.get()}) {
-    const auto keys = Put(*c, Prompt(7, 5));
+    const auto keys = Put(*c, RandomPrompt(7, 5));
     EXPECT_EQ(c->Lookup(keys)->tiers.size(), 5u);
     EXPECT_EQ(AcquireChecked(*c, keys, &wrong), 5u);
   }
   EXPECT_EQ(wrong, 0u);
-  EXPECT_EQ(StatOf(*b, "tier.remote.paused"), "1");
+  EXPECT_EQ(StatsOf(*b)["tier.remote.paused"], "1");
   EXPECT_TRUE(node_a->Alive() && node_b->Alive());
   EXPECT_NE(node_b->Log().find("remote tier paused"), std::string::npos) << node_b->Log();
 }
@@ -303,9 +268,9 @@ TEST_F(RemoteTest, AFullClusterGivesMissesNotErrors) {
   ASSERT_TRUE(a && b);
   // 1,200 blocks of 16 KiB: 19 MiB against 3 x 4 MiB of cluster.
   std::vector<std::vector<BlockKey>> prompts;
-  for (uint32_t p = 0; p < 120; ++p) prompts.push_back(Put(*a, Prompt(100 + p, 10)));
+  for (uint32_t p = 0; p < 120; ++p) prompts.push_back(Put(*a, RandomPrompt(100 + p, 10)));
   ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 1200))
-      << StatOf(*a, "tier.remote.write_dropped");
+      << StatsOf(*a)["tier.remote.write_dropped"];
   size_t hits = 0, wrong = 0;
   for (const auto& keys : prompts) {
     auto found = b->Lookup(keys);
@@ -315,7 +280,7 @@ TEST_F(RemoteTest, AFullClusterGivesMissesNotErrors) {
   EXPECT_EQ(wrong, 0u);
   EXPECT_GT(hits, 0u);
   EXPECT_LT(hits, 1200u);  // the cluster evicted the rest: misses
-  EXPECT_EQ(StatOf(*b, "tier.remote.errors"), "0");
+  EXPECT_EQ(StatsOf(*b)["tier.remote.errors"], "0");
 }
 
 TEST_F(RemoteTest, AMasterKilledUnderLoadGivesMissesNeverWrongBytesAndWritesResume) {
@@ -325,7 +290,7 @@ TEST_F(RemoteTest, AMasterKilledUnderLoadGivesMissesNeverWrongBytesAndWritesResu
   auto [node_a, node_b, a, b] = StartTwoNodes({"--remote-write-through"});
   ASSERT_TRUE(a && b);
   std::vector<std::vector<BlockKey>> prompts;
-  for (uint32_t p = 0; p < 40; ++p) prompts.push_back(Put(*a, Prompt(200 + p, 6)));
+  for (uint32_t p = 0; p < 40; ++p) prompts.push_back(Put(*a, RandomPrompt(200 + p, 6)));
   ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 240));
   size_t wrong = 0, leased = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -336,10 +301,10 @@ TEST_F(RemoteTest, AMasterKilledUnderLoadGivesMissesNeverWrongBytesAndWritesResu
   EXPECT_GT(leased, 0u);
   ASSERT_TRUE(redis_->WaitHealthy());
   // Writes resume once the replica has taken over (and the pause ran out).
-  const uint64_t before = Num(StatOf(*a, "tier.remote.written_blocks"));
+  const uint64_t before = Num(StatsOf(*a)["tier.remote.written_blocks"]);
   bool resumed = false;
   for (uint32_t p = 0; p < 100 && !resumed; ++p) {
-    Put(*a, Prompt(300 + p, 4));
+    Put(*a, RandomPrompt(300 + p, 4));
     resumed = WaitStat(*a, "tier.remote.written_blocks", before + 4);
   }
   EXPECT_TRUE(resumed) << node_a->Log();
@@ -350,7 +315,7 @@ TEST_F(RemoteTest, AReshardingUnderLoadFailsNoRequest) {
   auto [node_a, node_b, a, b] = StartTwoNodes({"--remote-write-through"});
   ASSERT_TRUE(a && b);
   std::vector<std::vector<BlockKey>> prompts;
-  for (uint32_t p = 0; p < 60; ++p) prompts.push_back(Put(*a, Prompt(400 + p, 5)));
+  for (uint32_t p = 0; p < 60; ++p) prompts.push_back(Put(*a, RandomPrompt(400 + p, 5)));
   ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 300));
   std::atomic<bool> done{false};
   std::thread reshard([&] {
@@ -363,7 +328,7 @@ TEST_F(RemoteTest, AReshardingUnderLoadFailsNoRequest) {
   reshard.join();
   EXPECT_EQ(wrong, 0u);
   EXPECT_EQ(leased, 300u);  // MOVED and ASK followed: every block found
-  EXPECT_EQ(StatOf(*b, "tier.remote.errors"), "0");
+  EXPECT_EQ(StatsOf(*b)["tier.remote.errors"], "0");
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "daemon_harness.h"
+#include "support/daemon_harness.h"
 
 namespace kvtier::testing {
 namespace {

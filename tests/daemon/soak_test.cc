@@ -22,7 +22,7 @@
 
 #include "client/client.h"
 #include "common/units.h"
-#include "daemon_harness.h"
+#include "support/daemon_client.h"
 
 namespace kvtier::testing {
 namespace {
@@ -49,13 +49,6 @@ constexpr int kPrefixBlocks = 4;
 // x 16 KiB), RocksDB's memtable (4 MiB) and block cache, the index. The
 // bound allows 96 MiB, for allocator and scheduling variance.
 constexpr uint64_t kOverheadBytes = 96 * kMiB;
-
-std::vector<TokenId> Tokens(uint32_t seed, size_t blocks) {
-  std::mt19937 rng(seed);
-  std::vector<TokenId> t(blocks * 16);
-  for (auto& x : t) x = static_cast<TokenId>(rng() % 50'000);
-  return t;
-}
 
 int SoakSeconds() {
   const char* s = std::getenv("KVTIER_SOAK_SECONDS");
@@ -95,10 +88,11 @@ void RunClient(Client& c, uint32_t seed, std::chrono::steady_clock::time_point u
   std::mt19937 rng(seed);
   std::vector<std::vector<TokenId>> prefixes;
   for (int p = 0; p < kPrefixes; ++p)
-    prefixes.push_back(Tokens(static_cast<uint32_t>(p) + 1, kPrefixBlocks));
+    prefixes.push_back(RandomPrompt(static_cast<uint32_t>(p) + 1, kPrefixBlocks));
   while (std::chrono::steady_clock::now() < until && c.healthy()) {
     std::vector<TokenId> tokens = prefixes[rng() % kPrefixes];
-    const auto suffix = Tokens(1000 + static_cast<uint32_t>(rng() % kSuffixes), 1 + rng() % 8);
+    const auto suffix =
+        RandomPrompt(1000 + static_cast<uint32_t>(rng() % kSuffixes), 1 + rng() % 8);
     tokens.insert(tokens.end(), suffix.begin(), suffix.end());
     const auto keys = c.Keys(tokens);
     const WireTier tier = rng() % 2 ? WireTier::kHost : WireTier::kDevice;
@@ -146,17 +140,12 @@ void RunClient(Client& c, uint32_t seed, std::chrono::steady_clock::time_point u
 }
 
 TEST(SoakTest, SixtyFourClientsUnderEvictionPressureInEveryTier) {
-  char tmpl[] = "/var/tmp/kvtier-soak-XXXXXX";
-  const std::string data_dir = ::mkdtemp(tmpl);
+  const TempDir data_dir("/var/tmp/kvtier-soak");
   auto d = Daemon::Start({"--device", "emulated", "--device-capacity", "2MiB", "--host-capacity",
-                          "8MiB", "--host-slab", "1MiB", "--ssd-dir", data_dir + "/ssd",
+                          "8MiB", "--host-slab", "1MiB", "--ssd-dir", data_dir / "ssd",
                           "--ssd-capacity", "64MiB", "--ssd-prepare", "foreground"});
   ASSERT_NE(d, nullptr);
-  client::ClientOptions o;
-  o.socket_path = d->socket();
-  o.model = "soak";
-  o.layout = Layout{2, 2, 64, DType::kFloat16, 16};
-  o.client_name = "soak";
+  client::ClientOptions o = TestClientOptions(d->socket(), "soak", "soak");
   o.io_timeout_ms = 30'000;
   ASSERT_EQ(o.layout.BlockBytes(), kBlockBytes);
 
@@ -229,7 +218,6 @@ TEST(SoakTest, SixtyFourClientsUnderEvictionPressureInEveryTier) {
   EXPECT_TRUE(d->Alive());
   observer->reset();
   d.reset();
-  std::filesystem::remove_all(data_dir);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "client/client.h"
-#include "daemon_harness.h"
+#include "support/daemon_client.h"
 
 namespace kvtier::testing {
 namespace {
@@ -27,44 +27,19 @@ using protocol::WireWriteState;
 
 class SsdRestartTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/var/tmp/kvtier-ssd-daemon-XXXXXX";
-    data_ = ::mkdtemp(tmpl);
-  }
-  void TearDown() override {
-    daemon_.reset();
-    std::filesystem::remove_all(data_);
-  }
+  void TearDown() override { daemon_.reset(); }
   void Start(bool write_through = false) {
     // 1 MiB of host holds 64 blocks of 16 KiB; the rest goes to disk, whose
     // file is written before serving so that no demotion finds it unready.
-    std::vector<std::string> args = {"--ssd-dir",       data_ + "/ssd", "--ssd-capacity", "256MiB",
-                                     "--host-capacity", "1MiB",         "--host-slab",    "256KiB",
+    std::vector<std::string> args = {"--ssd-dir",       data_ / "ssd", "--ssd-capacity", "256MiB",
+                                     "--host-capacity", "1MiB",        "--host-slab",    "256KiB",
                                      "--ssd-prepare",   "foreground"};
     if (write_through) args.push_back("--ssd-write-through");
     daemon_ = Daemon::Start(args);
     ASSERT_NE(daemon_, nullptr);
   }
   std::unique_ptr<Client> Connect() {
-    client::ClientOptions o;
-    o.socket_path = daemon_->socket();
-    o.model = "llama-test";
-    o.layout = Layout{2, 2, 64, DType::kFloat16, 16};  // 16 KiB blocks
-    o.io_timeout_ms = 20'000;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status().ToString() << "\n" << daemon_->Log();
-    return c.ok() ? std::move(c).value() : nullptr;
-  }
-  static std::map<std::string, std::string> Stats(Client& c) {
-    std::map<std::string, std::string> out;
-    if (auto s = c.Stats(); s.ok()) out.insert(s->begin(), s->end());
-    return out;
-  }
-  // Waits until no move to or from the disk is in flight.
-  static void Settle(Client& c) {
-    for (int i = 0; i < 500 && Stats(c)["moves_in_flight"] != "0"; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    return ConnectClient(TestClientOptions(daemon_->socket()), daemon_.get());
   }
   static std::vector<BlockKey> Put(Client& c, const std::vector<TokenId>& tokens) {
     const auto keys = c.Keys(tokens);
@@ -77,7 +52,7 @@ class SsdRestartTest : public ::testing::Test {
     return keys;
   }
 
-  std::string data_;
+  TempDir data_{"/var/tmp/kvtier-ssd-daemon"};  // the ssd tier's
   std::unique_ptr<Daemon> daemon_;
 };
 
@@ -111,7 +86,7 @@ TEST_F(SsdRestartTest, BlocksForcedToDiskComeBackAfterARestart) {
       ASSERT_EQ(lease->size(), 8u) << "chain " << i << " after signal " << sig;
       for (size_t b = 0; b < 8; ++b) EXPECT_TRUE(MatchesPattern(lease->Bytes(b), chains[i][b]));
     }
-    EXPECT_EQ(Stats(*c)["checksum_failures"], "0");
+    EXPECT_EQ(StatsOf(*c)["checksum_failures"], "0");
     // Push them down again for the next round.
     for (uint32_t seed = 100; seed < 112; ++seed) Put(*c, RandomPrompt(seed, 8));
     Settle(*c);
@@ -127,7 +102,7 @@ TEST_F(SsdRestartTest, WriteThroughLosesNothingCommittedToAKill) {
     Settle(*c);  // the writes have landed (no clean stop follows)
     auto where = c->Lookup(chains[5]);
     EXPECT_EQ(where->tiers[0], WireTier::kHost);  // still served from memory
-    EXPECT_EQ(Stats(*c)["shadow_blocks"], "48");
+    EXPECT_EQ(StatsOf(*c)["shadow_blocks"], "48");
   }
   daemon_->Stop(SIGKILL);
   Start(true);
@@ -163,7 +138,7 @@ TEST_F(SsdRestartTest, CrashLoopNeverServesAWrongByte) {
         served += got->hits;
         lost += keys.size() - got->hits;
       }
-      EXPECT_EQ(Stats(*c)["checksum_failures"], "0");
+      EXPECT_EQ(StatsOf(*c)["checksum_failures"], "0");
     }
     // Write continuously from a client, and kill -9 the daemon at a random moment.
     std::atomic<bool> stop{false};

@@ -7,9 +7,10 @@
 
 #include "engine/cache_engine.h"
 #include "engine_test_util.h"
-#include "tiers/internal/ssd_tier.h"
+#include "ssd_engine_fixture.h"
 
 namespace kvtier::engine {
+
 namespace {
 
 using testing::Chain;
@@ -205,43 +206,17 @@ TEST_F(HintTest, RemovedHintedBlocksLeaveNoHintBehind) {
   EXPECT_EQ(Hits(Chain(2, 8)), 8u);
 }
 
-class HintSsdTest : public ::testing::Test {
+class HintSsdTest : public testing::SsdEngineFixture {
  protected:
   void SetUp() override {
-    char tmpl[] = "/var/tmp/kvtier-hint-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-    auto host = tiers::NewHostTier({4 * 4096, 16 * 4096, false});
-    ASSERT_TRUE(host.ok());
-    tiers::internal::SsdOptions so;
-    so.dir = dir_;
-    so.capacity_bytes = 64 * 4096;
-    auto store = tiers::internal::SsdStore::Open(so);
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    EngineOptions options;
-    options.io = &io_;
-    options.clock = &clock_;
-    auto e = CacheEngine::Create(options, nullptr, std::move(host).value(),
-                                 tiers::internal::NewSsdTierOver(std::move(store).value()));
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(e).value();
+    clock_.Advance(1000 * kNsPerSec);
+    BuildEngine(4 * 4096, 16 * 4096, 64 * 4096, /*faulty=*/false, /*write_through=*/false);
+    if (HasFatalFailure()) return;
     ns_ = *engine_->AddNamespace({"model", "", SmallLayout()});
-  }
-  void TearDown() override {
-    io_.RunAll();
-    const Status s = engine_->CheckInvariants();
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    engine_.reset();
-    std::filesystem::remove_all(dir_);
   }
   std::vector<TierKind> Where(std::span<const BlockKey> keys) {
     return engine_->Lookup(ns_, keys)->tiers;
   }
-
-  std::string dir_;
-  ManualClock clock_{1000 * kNsPerSec};
-  ManualExecutor io_;
-  std::unique_ptr<CacheEngine> engine_;
-  NamespaceId ns_ = 0;
 };
 
 TEST_F(HintSsdTest, HintedSsdBlocksArePrefetchedAndServedFromTheHost) {

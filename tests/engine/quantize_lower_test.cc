@@ -26,23 +26,8 @@ class QuantizeLowerTest : public testing::SsdEngineFixture {
   // A host tier of `host_blocks` blocks of layout_ over an SSD.
   void Build(uint64_t host_blocks, Quantize q, bool faulty = false, bool write_through = false) {
     const uint64_t block = layout_.BlockBytes();
-    auto host = tiers::NewHostTier({host_blocks * block, 16 * block, false});
-    ASSERT_TRUE(host.ok());
-    tiers::internal::SsdOptions so;
-    so.dir = dir_;
-    so.capacity_bytes = 64 * block;
-    if (faulty) so.file_factory = tiers::internal::FaultInjectingFactory(faults_);
-    auto store = tiers::internal::SsdStore::Open(so);
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    EngineOptions options;
-    options.io = &io_;
-    options.clock = &clock_;
-    options.ssd_write_through = write_through;
-    options.log = [this](const std::string& line) { log_.push_back(line); };
-    auto e = CacheEngine::Create(options, nullptr, std::move(host).value(),
-                                 tiers::internal::NewSsdTierOver(std::move(store).value()));
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(e).value();
+    BuildEngine(host_blocks * block, 16 * block, 64 * block, faulty, write_through);
+    if (HasFatalFailure()) return;
     auto ns = engine_->AddNamespace({"model", "", layout_, q});
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = *ns;
@@ -82,7 +67,6 @@ class QuantizeLowerTest : public testing::SsdEngineFixture {
 
   Layout layout_ = ValueLayout();
   std::map<BlockKey, std::vector<std::byte>> originals_;
-  std::vector<std::string> log_;
 };
 
 struct Case {

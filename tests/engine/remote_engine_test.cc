@@ -9,7 +9,7 @@
 #include "engine/cache_engine.h"
 #include "engine_test_util.h"
 #include "quantize_test_util.h"
-#include "redis_harness.h"
+#include "support/redis_harness.h"
 #include "tiers/internal/redis_cluster.h"
 #include "tiers/remote_tier.h"
 

@@ -1,27 +1,49 @@
 // The fixture of the engine tests over a real SSD tier: a temporary data
 // directory on a real disk, a ManualClock, a ManualExecutor (every
 // asynchronous move runs when the test says), a FaultInjector for the slot
-// file, and the engine, whose invariants are checked at the end of each
+// file, the engine (BuildEngine), whose invariants are checked at the end of each
 // test after every queued move has run.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/cache_engine.h"
+#include "support/temp_dir.h"
 #include "tiers/internal/ssd_tier.h"
 
 namespace kvtier::engine::testing {
 
+using kvtier::testing::TempDir;
+
 class SsdEngineFixture : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/var/tmp/kvtier-ssd-engine-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+  // engine_: a host tier of `host_bytes` (slabs of `slab_bytes`) over an
+  // SSD tier of `ssd_bytes` in dir_, its slot file behind faults_ when
+  // `faulty`; the engine's log lines land in log_.
+  void BuildEngine(uint64_t host_bytes, uint64_t slab_bytes, uint64_t ssd_bytes, bool faulty,
+                   bool write_through) {
+    auto host = tiers::NewHostTier({host_bytes, slab_bytes, false});
+    ASSERT_TRUE(host.ok());
+    tiers::internal::SsdOptions so;
+    so.dir = dir_;
+    so.capacity_bytes = ssd_bytes;
+    if (faulty) so.file_factory = tiers::internal::FaultInjectingFactory(faults_);
+    auto store = tiers::internal::SsdStore::Open(so);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EngineOptions options;
+    options.io = &io_;
+    options.clock = &clock_;
+    options.ssd_write_through = write_through;
+    options.log = [this](const std::string& line) { log_.push_back(line); };
+    auto e = CacheEngine::Create(options, nullptr, std::move(host).value(),
+                                 tiers::internal::NewSsdTierOver(std::move(store).value()));
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(e).value();
   }
   void TearDown() override {
     if (engine_) {
@@ -30,15 +52,15 @@ class SsdEngineFixture : public ::testing::Test {
       EXPECT_TRUE(s.ok()) << s.ToString();
     }
     engine_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
-  std::string dir_;
+  TempDir dir_{"/var/tmp/kvtier-ssd-engine"};
   ManualClock clock_;
   ManualExecutor io_;
   tiers::internal::FaultInjector faults_;
   std::unique_ptr<CacheEngine> engine_;
   NamespaceId ns_ = 0;
+  std::vector<std::string> log_;
 };
 
 }  // namespace kvtier::engine::testing

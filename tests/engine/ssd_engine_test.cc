@@ -27,22 +27,8 @@ class SsdEngineTest : public testing::SsdEngineFixture {
   // A host tier of `host_blocks` 4 KiB blocks over an SSD of `ssd_blocks`.
   void Build(uint64_t host_blocks, uint64_t ssd_blocks, bool faulty = false,
              bool write_through = false) {
-    auto host = tiers::NewHostTier({host_blocks * 4096, 16 * 4096, false});
-    ASSERT_TRUE(host.ok());
-    tiers::internal::SsdOptions so;
-    so.dir = dir_;
-    so.capacity_bytes = ssd_blocks * 4096;
-    if (faulty) so.file_factory = tiers::internal::FaultInjectingFactory(faults_);
-    auto store = tiers::internal::SsdStore::Open(so);
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    EngineOptions options;
-    options.io = &io_;
-    options.clock = &clock_;
-    options.ssd_write_through = write_through;
-    auto e = CacheEngine::Create(options, nullptr, std::move(host).value(),
-                                 tiers::internal::NewSsdTierOver(std::move(store).value()));
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(e).value();
+    BuildEngine(host_blocks * 4096, 16 * 4096, ssd_blocks * 4096, faulty, write_through);
+    if (HasFatalFailure()) return;
     ns_ = *engine_->AddNamespace({"model", "", SmallLayout()});
   }
 
@@ -276,7 +262,7 @@ TEST_F(SsdEngineTest, FullQueueDropsInsteadOfWaiting) {
   // A separate engine whose executor holds two items.
   auto host = tiers::NewHostTier({4 * 4096, 16 * 4096, false});
   tiers::internal::SsdOptions so;
-  so.dir = dir_ + "/tiny";
+  so.dir = dir_ / "tiny";
   so.capacity_bytes = 64 * 4096;
   EngineOptions options;
   options.io = &tiny;

@@ -6,22 +6,21 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/temp_dir.h"
+
 namespace kvtier::replay {
+
+using kvtier::testing::TempDir;
 namespace {
 
 class TraceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/kvtier-trace-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Write(const std::string& name, const std::string& text) {
-    const std::string path = dir_ + "/" + name;
+    const std::string path = dir_ / name;
     std::ofstream(path) << text;
     return path;
   }
-  std::string dir_;
+  TempDir dir_{"/tmp/kvtier-trace"};
 };
 
 TEST_F(TraceTest, ReadsMooncakeJsonl) {
@@ -119,7 +118,7 @@ TEST_F(TraceTest, MalformedInputIsAClearError) {
   EXPECT_NE(bad_line.status().message().find("bad.jsonl:2"), std::string_view::npos)
       << bad_line.status().ToString();
   EXPECT_FALSE(ReadTraces(std::vector<std::string>{Write("n.jsonl", "{\"timestamp\": 0}\n")}).ok());
-  EXPECT_FALSE(ReadTraces(std::vector<std::string>{dir_ + "/missing.json"}).ok());
+  EXPECT_FALSE(ReadTraces(std::vector<std::string>{dir_ / "missing.json"}).ok());
   // Mixed block sizes cannot be replayed together.
   const std::vector<std::string> mixed = {
       Write("a.json", R"({"block_size":64,"requests":[{"t":0,"in":64,"hash_ids":[1]}]})"),

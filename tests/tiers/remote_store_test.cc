@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "redis_harness.h"
+#include "support/redis_harness.h"
 #include "tiers/internal/checksum.h"
 #include "tiers/internal/redis_cluster.h"
 

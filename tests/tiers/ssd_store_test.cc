@@ -21,6 +21,7 @@
 
 #include "common/hash.h"
 #include "common/units.h"
+#include "support/temp_dir.h"
 #include "tiers/internal/block_file.h"
 
 namespace kvtier::tiers::internal {
@@ -94,14 +95,6 @@ uint64_t DiskBytes(const std::string& path) {
 
 class SsdStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "ssd_store_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-    dir_ = root_ + "/data";
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   SsdOptions Options(uint64_t capacity = 64 * kMiB) {
     SsdOptions o;
     o.dir = dir_;
@@ -130,7 +123,8 @@ class SsdStoreTest : public ::testing::Test {
     EXPECT_EQ(std::memcmp(got.span().data(), want.span().data(), r.block_bytes), 0);
   }
 
-  std::string root_, dir_;
+  kvtier::testing::TempDir root_{::testing::TempDir() + "ssd_store_test"};
+  std::string dir_ = root_ / "data";
   std::vector<std::string> notes_;
 };
 
@@ -694,7 +688,7 @@ constexpr char kChildDirEnv[] = "KVTIER_SSD_TEST_CHILD_DIR";
 // plays the writer that is killed.
 TEST_F(SsdStoreTest, EveryRecordSurvivesAKill9) {
   if (const char* child_dir = std::getenv(kChildDirEnv)) {
-    fs::remove_all(root_);  // this process's own fixture directory: unused
+    fs::remove_all(root_.path());  // this process's own fixture directory: unused
     WriteThenDie(child_dir);
   }
   std::vector<std::string> env_strings;

@@ -1,4 +1,4 @@
-// Test harness: a real Redis Cluster (or a single server) on loopback ports,
+// Test support: a real Redis Cluster (or a single server) on loopback ports,
 // from Debian's redis-server and `redis-cli --cluster create`, torn down
 // (killed, its directory removed) when the harness goes. The remote tier's
 // tests and the two-node daemon tests run against it; faults are real ones:
@@ -11,6 +11,9 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "support/process.h"
+#include "support/temp_dir.h"
 
 namespace kvtier::testing {
 
@@ -65,13 +68,9 @@ class RedisHarness {
   bool StartNode(size_t i, const RedisClusterSpec& spec);
   std::string NodeId(int node) const;
 
-  std::string dir_;
+  TempDir dir_{"/tmp/kvtier-redis"};  // the nodes' logs and cluster files
   std::vector<uint16_t> ports_;
   std::vector<pid_t> pids_;
 };
-
-// Runs `argv` (argv[0] found on PATH) and returns its standard output;
-// `status` gets the exit status.
-std::string RunCapture(const std::vector<std::string>& argv, int* status = nullptr);
 
 }  // namespace kvtier::testing

@@ -1,4 +1,4 @@
-#include "daemon_harness.h"
+#include "support/daemon_harness.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -30,32 +30,18 @@ bool CanConnect(const std::string& path) {
   return ok;
 }
 
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log_path) {
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (log >= 0) {
-    ::dup2(log, STDERR_FILENO);
-    ::dup2(log, STDOUT_FILENO);
-  }
-  std::vector<char*> argv;
-  std::string bin = KVTIERD_PATH;
-  argv.push_back(bin.data());
-  std::vector<std::string> copy = args;
-  for (std::string& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  ::execv(bin.c_str(), argv.data());
-  std::perror("execv kvtierd");
-  ::_exit(127);
+// kvtierd with `args`, its output appended to `log_path`.
+pid_t SpawnDaemon(const std::vector<std::string>& args, const std::string& log_path) {
+  std::vector<std::string> argv = {KVTIERD_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return SpawnLogged(argv, log_path);
 }
 
 }  // namespace
 
 std::unique_ptr<Daemon> Daemon::Start(std::vector<std::string> args, const std::string& socket) {
   auto d = std::unique_ptr<Daemon>(new Daemon());
-  char tmpl[] = "/tmp/kvtier-test-XXXXXX";
-  d->dir_ = ::mkdtemp(tmpl);
-  d->socket_ = socket.empty() ? d->dir_ + "/kvtierd.sock" : socket;
+  d->socket_ = socket.empty() ? d->dir_ / "kvtierd.sock" : socket;
   // Test defaults, unless the caller sets the flag itself.
   std::vector<std::string> all = {"--socket", d->socket_, "--no-reserve-memory"};
   for (const auto& [flag, value] :
@@ -68,7 +54,7 @@ std::unique_ptr<Daemon> Daemon::Start(std::vector<std::string> args, const std::
     }
   }
   all.insert(all.end(), args.begin(), args.end());
-  d->pid_ = Spawn(all, d->dir_ + "/kvtierd.log");
+  d->pid_ = SpawnDaemon(all, d->dir_ / "kvtierd.log");
   for (int i = 0; i < 400; ++i) {
     if (CanConnect(d->socket_)) return d;
     if (!d->Alive()) break;
@@ -80,9 +66,7 @@ std::unique_ptr<Daemon> Daemon::Start(std::vector<std::string> args, const std::
 
 Daemon::~Daemon() {
   if (pid_ > 0 && Alive()) Stop(SIGKILL);
-  ::unlink((dir_ + "/kvtierd.log").c_str());
-  ::unlink(socket_.c_str());
-  ::rmdir(dir_.c_str());
+  ::unlink(socket_.c_str());  // the folder goes with dir_; a socket given elsewhere too
 }
 
 bool Daemon::Alive() {
@@ -105,37 +89,14 @@ int Daemon::Stop(int sig) {
   return status;
 }
 
-std::string Daemon::Log() const {
-  std::ifstream in(dir_ + "/kvtierd.log");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string Daemon::Log() const { return ReadFile(dir_ / "kvtierd.log"); }
 
 int RunDaemonToExit(const std::vector<std::string>& args, std::string* stderr_text,
                     std::chrono::seconds timeout) {
-  char tmpl[] = "/tmp/kvtier-run-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
-  const std::string log = dir + "/log";
-  const pid_t pid = Spawn(args, log);
-  int status = -1;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    status = -1;
-  }
-  if (status == -1) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-    status = -1;
-  }
-  std::ifstream in(log);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *stderr_text = ss.str();
-  ::unlink(log.c_str());
-  ::rmdir(dir.c_str());
+  const TempDir dir("/tmp/kvtier-run");
+  const pid_t pid = SpawnDaemon(args, dir / "log");
+  const int status = WaitForExit(pid, timeout);
+  *stderr_text = ReadFile(dir / "log");
   return status;
 }
 
@@ -249,11 +210,15 @@ bool MatchesPattern(std::span<const std::byte> bytes, const prefix_index::BlockK
   return std::memcmp(want.data(), bytes.data(), bytes.size()) == 0;
 }
 
-std::vector<prefix_index::TokenId> RandomPrompt(uint32_t seed, size_t blocks) {
+std::vector<prefix_index::TokenId> RandomTokens(uint32_t seed, size_t tokens) {
   std::mt19937 rng(seed);
-  std::vector<prefix_index::TokenId> t(blocks * 16);
+  std::vector<prefix_index::TokenId> t(tokens);
   for (auto& x : t) x = static_cast<prefix_index::TokenId>(rng() % 50'000);
   return t;
+}
+
+std::vector<prefix_index::TokenId> RandomPrompt(uint32_t seed, size_t blocks) {
+  return RandomTokens(seed, blocks * 16);
 }
 
 protocol::HelloRequest TestHello(const std::string& model, const std::string& salt) {
@@ -263,16 +228,6 @@ protocol::HelloRequest TestHello(const std::string& model, const std::string& sa
   h.layout = Layout{1, 1, 64, DType::kFloat16, 16};  // 4 KiB blocks
   h.client_name = "test";
   return h;
-}
-
-std::pair<int, std::string> Shell(const std::string& cmd) {
-  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 }  // namespace kvtier::testing

@@ -1,4 +1,4 @@
-#include "redis_harness.h"
+#include "support/redis_harness.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -42,59 +42,10 @@ uint16_t PickPort(const std::vector<uint16_t>& taken) {
   return 0;
 }
 
-pid_t SpawnLogged(const std::vector<std::string>& args, const std::string& log_path) {
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (log >= 0) {
-    ::dup2(log, STDERR_FILENO);
-    ::dup2(log, STDOUT_FILENO);
-  }
-  std::vector<char*> argv;
-  std::vector<std::string> copy = args;
-  for (std::string& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  ::execvp(argv[0], argv.data());
-  std::perror("execvp");
-  ::_exit(127);
-}
-
 }  // namespace
-
-std::string RunCapture(const std::vector<std::string>& args, int* status) {
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) return "";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(pipefd[1], STDOUT_FILENO);
-    const int null = ::open("/dev/null", O_WRONLY);
-    if (null >= 0) ::dup2(null, STDERR_FILENO);
-    std::vector<char*> argv;
-    std::vector<std::string> copy = args;
-    for (std::string& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(pipefd[1]);
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(pipefd[0], buf, sizeof(buf));
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(pipefd[0]);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  if (status != nullptr) *status = st;
-  return out;
-}
 
 std::unique_ptr<RedisHarness> RedisHarness::Start(const RedisClusterSpec& spec) {
   auto h = std::unique_ptr<RedisHarness>(new RedisHarness());
-  char tmpl[] = "/tmp/kvtier-redis-XXXXXX";
-  h->dir_ = ::mkdtemp(tmpl);
   const size_t n =
       spec.cluster ? static_cast<size_t>(spec.masters * (1 + spec.replicas_per_master)) : 1;
   for (size_t i = 0; i < n; ++i) {
@@ -154,8 +105,8 @@ std::unique_ptr<RedisHarness> RedisHarness::Start(const RedisClusterSpec& spec) 
 bool RedisHarness::StartNode(size_t i, const RedisClusterSpec& spec) {
   const std::string port = std::to_string(ports_[i]);
   std::vector<std::string> args = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
-                                   dir_, "--save", "", "--appendonly", "no", "--protected-mode",
-                                   "no", "--daemonize", "no", "--logfile", "",
+                                   dir_.path(), "--save", "", "--appendonly", "no",
+                                   "--protected-mode", "no", "--daemonize", "no", "--logfile", "",
                                    // A replica syncs at once (the default waits 5 s for
                                    // more replicas), so a failover test starts synced.
                                    "--repl-diskless-sync-delay", "0"};
@@ -168,15 +119,11 @@ bool RedisHarness::StartNode(size_t i, const RedisClusterSpec& spec) {
     args.insert(args.end(),
                 {"--maxmemory", spec.maxmemory, "--maxmemory-policy", spec.maxmemory_policy});
   }
-  pids_[i] = SpawnLogged(args, dir_ + "/node-" + port + ".log");
+  pids_[i] = SpawnLogged(args, dir_ / ("node-" + port + ".log"));
   return pids_[i] > 0;
 }
 
-RedisHarness::~RedisHarness() {
-  KillAll();
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
-}
+RedisHarness::~RedisHarness() { KillAll(); }  // dir_ goes after
 
 std::string RedisHarness::address(int node) const {
   return "127.0.0.1:" + std::to_string(port(node));

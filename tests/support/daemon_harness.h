@@ -1,4 +1,4 @@
-// Test harness: starts the real kvtierd on a temporary socket, and a raw
+// Test support: starts the real kvtierd on a temporary socket, and a raw
 // connection that speaks frames directly (for malformed input).
 #pragma once
 
@@ -13,6 +13,8 @@
 
 #include "prefix_index/key_hasher.h"
 #include "protocol/wire.h"
+#include "support/process.h"
+#include "support/temp_dir.h"
 
 // True when this tree is built with AddressSanitizer or ThreadSanitizer
 // (cmake/sanitizers.cmake builds the daemon the tests spawn the same way):
@@ -43,7 +45,7 @@ class Daemon {
   ~Daemon();
 
   const std::string& socket() const { return socket_; }
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const { return dir_.path(); }
   pid_t pid() const { return pid_; }
   bool Alive();
   // Sends `sig` and waits for the exit; returns the wait status.
@@ -52,7 +54,7 @@ class Daemon {
   std::string Log() const;
 
  private:
-  std::string dir_;
+  TempDir dir_{"/tmp/kvtier-test"};  // its log, and its socket unless given one
   std::string socket_;
   pid_t pid_ = -1;
 };
@@ -97,11 +99,9 @@ uint64_t ResidentBytes(pid_t pid);
 void FillPattern(std::span<std::byte> bytes, const prefix_index::BlockKey& key);
 bool MatchesPattern(std::span<const std::byte> bytes, const prefix_index::BlockKey& key);
 
-// Runs a shell command; its exit status (-1 when it did not exit) and
-// everything it printed, stderr included.
-std::pair<int, std::string> Shell(const std::string& cmd);
-
-// `blocks` blocks of 16 random token ids (< 50,000), the same for a seed.
+// `tokens` random token ids (< 50,000), the same for a seed.
+std::vector<prefix_index::TokenId> RandomTokens(uint32_t seed, size_t tokens);
+// `blocks` blocks of 16 of them: RandomTokens(seed, 16 * blocks).
 std::vector<prefix_index::TokenId> RandomPrompt(uint32_t seed, size_t blocks);
 
 // A HELLO for `model` with a small layout (4 KiB blocks).
