@@ -24,6 +24,13 @@
 namespace kvtier::daemon {
 namespace {
 
+// " [value]": a flag's default at the end of its help.
+std::string Default(const std::string& value) { return " [" + value + "]"; }
+std::string Default(uint64_t value) { return Default(std::to_string(value)); }
+std::string Unquoted(const std::string& toml) {
+  return toml.size() >= 2 && toml.front() == '"' ? toml.substr(1, toml.size() - 2) : toml;
+}
+
 Status BadKey(const std::string& path, const std::string& key, const std::string& why) {
   return InvalidArgumentError(path + ": " + key + ": " + why);
 }
@@ -527,6 +534,15 @@ ParsedArgs ParseArgs(int argc, char** argv) {
       "every key and default); flags override the file."};
   std::string config_path;
   app.add_option("--config", config_path, "TOML configuration file")->check(CLI::ExistingFile);
+  // The defaults shown are DaemonConfig's own (the only place they live).
+  const DaemonConfig d;
+  const std::vector<ConfigEntry> defaults = ConfigEntries(d);
+  auto entry = [&](std::string_view key) {
+    for (const ConfigEntry& e : defaults) {
+      if (e.key == key) return e.value;
+    }
+    return std::string("?");
+  };
   // Flags are read as text, so that byte counts take units ("64MiB") and an
   // unset flag leaves the file's value alone.
   std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
@@ -546,72 +562,95 @@ ParsedArgs ParseArgs(int argc, char** argv) {
       events_replay_endpoint;
   std::optional<uint32_t> events_flush_us;
   bool remote_write_through = false;
-  app.add_option("--socket", socket, "Unix socket path [/run/kvtier/kvtierd.sock]");
-  app.add_option("--socket-mode", socket_mode, "socket file mode, octal [0660]");
+  app.add_option("--socket", socket, "Unix socket path" + Default(d.socket_path));
+  app.add_option("--socket-mode", socket_mode,
+                 "socket file mode, octal" + Default(Unquoted(entry("server.socket_mode"))));
   app.add_option("--socket-owner", socket_owner,
-                 "owner of the socket file, name or uid, \"\" = the daemon's [\"\"]");
+                 "owner of the socket file, name or uid, \"\" = the daemon's" +
+                     Default(entry("server.socket_owner")));
   app.add_option("--socket-group", socket_group,
-                 "group of the socket file, name or gid, \"\" = the daemon's [\"\"]");
+                 "group of the socket file, name or gid, \"\" = the daemon's" +
+                     Default(entry("server.socket_group")));
   app.add_option("--allow-uids", allow_uids,
                  "peers that may attach by uid, comma-separated ids or names [anyone]");
   app.add_option("--allow-gids", allow_gids,
                  "peers that may attach by gid, comma-separated ids or names [anyone]");
-  app.add_option("--max-sessions", max_sessions, "most connections at once [1024]");
-  app.add_option("--max-leases-per-session", max_leases, "most leases one session holds [4096]");
+  app.add_option("--max-sessions", max_sessions,
+                 "most connections at once" + Default(d.max_sessions));
+  app.add_option("--max-leases-per-session", max_leases,
+                 "most leases one session holds" + Default(d.max_leases_per_session));
   app.add_option("--max-allocations-per-session", max_allocations,
-                 "most open writes of one session [256]");
+                 "most open writes of one session" + Default(d.max_allocations_per_session));
   app.add_option("--max-namespaces", max_namespaces,
-                 "most namespaces (model, salt, layout) registered [4096]");
-  app.add_option("--max-hinted-blocks-per-session", max_hinted,
-                 "most blocks one session's hints protect at once [4096]");
-  app.add_option("--hint-ttl-ms", hint_ttl_ms,
-                 "how long a hint protects its blocks when the worker does not say [10000]");
-  app.add_option("--max-hint-ttl-ms", max_hint_ttl_ms, "the longest a worker may ask for [60000]");
+                 "most namespaces (model, salt, layout) registered" + Default(d.max_namespaces));
+  app.add_option(
+      "--max-hinted-blocks-per-session", max_hinted,
+      "most blocks one session's hints protect at once" + Default(d.max_hinted_blocks_per_session));
+  app.add_option(
+      "--hint-ttl-ms", hint_ttl_ms,
+      "how long a hint protects its blocks when the worker does not say" + Default(d.hint_ttl_ms));
+  app.add_option("--max-hint-ttl-ms", max_hint_ttl_ms,
+                 "the longest a worker may ask for" + Default(d.max_hint_ttl_ms));
   app.add_option("--hello-timeout-ms", hello_timeout_ms,
-                 "close a connection without HELLO after this long [10000]");
+                 "close a connection without HELLO after this long" + Default(d.hello_timeout_ms));
   app.add_option("--frame-timeout-ms", frame_timeout_ms,
-                 "close a connection whose request frame takes longer to arrive [10000]");
-  app.add_option("--reply-timeout-ms", reply_timeout_ms,
-                 "close a session whose reply is not read for this long [30000]");
-  app.add_option("--max-payload", max_payload, "largest frame payload [64MiB]");
-  app.add_option("--max-keys", max_keys, "most keys per request [65536]");
-  app.add_option("--copy-threads", copy_threads, "threads copying inline bytes [2]");
+                 "close a connection whose request frame takes longer to arrive" +
+                     Default(d.frame_timeout_ms));
+  app.add_option(
+      "--reply-timeout-ms", reply_timeout_ms,
+      "close a session whose reply is not read for this long" + Default(d.reply_timeout_ms));
+  app.add_option("--max-payload", max_payload,
+                 "largest frame payload" + Default(ConfigBytes(d.max_payload_bytes)));
+  app.add_option("--max-keys", max_keys, "most keys per request" + Default(d.max_keys));
+  app.add_option("--copy-threads", copy_threads,
+                 "threads copying inline bytes" + Default(d.copy_threads));
   app.add_option("--busy-poll-us", busy_poll_us,
-                 "poll this long after work before sleeping, 0 = off [200]");
+                 "poll this long after work before sleeping, 0 = off" + Default(d.busy_poll_us));
   app.add_option("--secret", secret, "master secret, 32+ hex digits [random per start]");
   app.add_option("--remote-seeds", remote_seeds,
                  "remote tier: Redis Cluster nodes, comma-separated host:port [none]");
   app.add_option("--remote-secret-file", remote_secret_file,
                  "remote tier: file with the deployment secret (32+ hex digits) [none]");
   app.add_option("--remote-key-prefix", remote_key_prefix,
-                 "remote tier: prefix of every key [kvtier]");
+                 "remote tier: prefix of every key" + Default(d.remote_key_prefix));
   app.add_flag("--remote-write-through", remote_write_through,
                "write every committed block to the remote tier at once [write-back]");
   app.add_option("--events-endpoint", events_endpoint,
                  "publish KV events on this ZeroMQ endpoint (turns them on) [off]");
   app.add_option("--events-replay-endpoint", events_replay_endpoint,
                  "ZeroMQ ROUTER endpoint resending missed event batches [none]");
-  app.add_option("--events-flush-us", events_flush_us,
-                 "events of this long go out as one batch, 0 = one per request [10000]");
-  app.add_option("--host-capacity", host_capacity, "host tier bytes [1GiB]");
-  app.add_option("--host-slab", host_slab, "host tier slab bytes [64MiB]");
-  app.add_option("--host-policy", host_policy, "host tier eviction policy [adaptive]");
+  app.add_option(
+      "--events-flush-us", events_flush_us,
+      "events of this long go out as one batch, 0 = one per request" + Default(d.events_flush_us));
+  app.add_option("--host-capacity", host_capacity,
+                 "host tier bytes" + Default(ConfigBytes(d.host_capacity_bytes)));
+  app.add_option("--host-slab", host_slab,
+                 "host tier slab bytes" + Default(ConfigBytes(d.host_slab_bytes)));
+  app.add_option("--host-policy", host_policy,
+                 "host tier eviction policy" + Default(d.host_policy));
   app.add_flag("--no-reserve-memory", no_reserve, "do not commit the host arena's memory at start");
-  app.add_option("--device", device_mode, "device tier: auto | cuda | emulated | off [auto]");
-  app.add_option("--device-gpu", device_gpu, "CUDA ordinal of the device tier's GPU [0]");
-  app.add_option("--device-capacity", device_capacity, "device tier bytes [1GiB]");
-  app.add_option("--device-policy", device_policy, "device tier eviction policy [adaptive]");
+  app.add_option("--device", device_mode,
+                 "device tier: auto | cuda | emulated | off" + Default(d.device_mode));
+  app.add_option("--device-gpu", device_gpu,
+                 "CUDA ordinal of the device tier's GPU" + Default(d.device_gpu));
+  app.add_option("--device-capacity", device_capacity,
+                 "device tier bytes" + Default(ConfigBytes(d.device_capacity_bytes)));
+  app.add_option("--device-policy", device_policy,
+                 "device tier eviction policy" + Default(d.device_policy));
   app.add_option("--ssd-dir", ssd_dir,
-                 "ssd tier data directory, \"\" = no ssd tier [/var/lib/kvtier/ssd]");
-  app.add_option("--ssd-capacity", ssd_capacity, "ssd tier bytes [16GiB]");
-  app.add_option("--ssd-policy", ssd_policy, "ssd tier eviction policy [adaptive]");
-  app.add_option("--ssd-prepare", ssd_prepare,
-                 "write the ssd slot file once: background, foreground or sparse [background]");
-  app.add_option("--ssd-io-threads", ssd_io_threads, "threads doing ssd I/O [4]");
+                 "ssd tier data directory, \"\" = no ssd tier" + Default(d.ssd_dir));
+  app.add_option("--ssd-capacity", ssd_capacity,
+                 "ssd tier bytes" + Default(ConfigBytes(d.ssd_capacity_bytes)));
+  app.add_option("--ssd-policy", ssd_policy, "ssd tier eviction policy" + Default(d.ssd_policy));
+  app.add_option(
+      "--ssd-prepare", ssd_prepare,
+      "write the ssd slot file once: background, foreground or sparse" + Default(d.ssd_prepare));
+  app.add_option("--ssd-io-threads", ssd_io_threads,
+                 "threads doing ssd I/O" + Default(d.ssd_io_threads));
   app.add_flag("--ssd-write-through", write_through,
                "write every committed block to the ssd at once [write-back]");
   app.add_option("--metrics-address", metrics_address,
-                 "Prometheus endpoint HOST:PORT, \"\" = off [127.0.0.1:9464]");
+                 "Prometheus endpoint HOST:PORT, \"\" = off" + Default(d.metrics_address));
   app.set_version_flag("--version", std::string("kvtierd ") + Version());
   try {
     app.parse(argc, argv);

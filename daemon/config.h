@@ -209,6 +209,24 @@ struct DaemonConfig {
   Status Validate() const;
 };
 
+// One key of the configuration file and its value, as TOML writes it
+// ("server.max_payload", "\"64MiB\"").
+struct ConfigEntry {
+  std::string key;
+  std::string value;
+  bool operator==(const ConfigEntry&) const = default;
+};
+
+// Every key of the configuration file, in the file's order, with its value
+// in `config`. The defaults live in DaemonConfig alone: kvtierd --help
+// states them from it, and a test (tests/daemon/config_test.cc) fails when
+// deploy/kvtierd.toml or the README's configuration table says otherwise.
+std::vector<ConfigEntry> ConfigEntries(const DaemonConfig& config);
+
+// A byte count as the file and the flags take it: "64MiB" when it is a
+// whole number of a binary unit, else the number of bytes.
+std::string ConfigBytes(uint64_t bytes);
+
 // The version of kvtierd (--version, STATS "version", kvtier_build_info).
 const char* Version();
 

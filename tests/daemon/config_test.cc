@@ -3,7 +3,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "support/temp_dir.h"
 
@@ -295,6 +300,91 @@ TEST_F(ConfigTest, ARemoteTierNeedsItsDeploymentSecretAndNoOtherMaster) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_EQ(loaded->remote_seeds, (std::vector<std::string>{"a:1", "b:2"}));
   EXPECT_FALSE(Load("[remote]\nseed = [\"a:1\"]\n").ok());  // unknown key, named
+}
+
+// The defaults live in DaemonConfig alone: kvtierd --help states them from
+// it (ParseArgs), and deploy/kvtierd.toml and the README's configuration
+// table must say the same.
+std::string SourceFile(const std::string& name) {
+  std::ifstream in(std::string(KVTIER_SOURCE_DIR) + "/" + name);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST_F(ConfigTest, TheDeployFileAndTheReadmeStateDaemonConfigsDefaults) {
+  const std::vector<ConfigEntry> defaults = ConfigEntries(DaemonConfig{});
+  // The entries are the file's keys: written out as a file, they read back
+  // to themselves (an unknown key or a wrong value would fail to load).
+  std::string text, section;
+  for (const ConfigEntry& e : defaults) {
+    const std::string sec = e.key.substr(0, e.key.find('.'));
+    if (sec != section) text += "[" + (section = sec) + "]\n";
+    text += e.key.substr(sec.size() + 1) + " = " + e.value + "\n";
+  }
+  auto round = Load(text);
+  ASSERT_TRUE(round.ok()) << round.status().ToString() << "\n" << text;
+  EXPECT_EQ(ConfigEntries(*round), defaults);
+
+  // deploy/kvtierd.toml: every key shown (set, or commented out where its
+  // default is "none"), and what it sets is the default.
+  const std::string deploy = SourceFile("deploy/kvtierd.toml");
+  auto shipped = LoadConfigFile(std::string(KVTIER_SOURCE_DIR) + "/deploy/kvtierd.toml");
+  ASSERT_TRUE(shipped.ok()) << shipped.status().ToString();
+  const std::vector<ConfigEntry> in_file = ConfigEntries(*shipped);
+  ASSERT_EQ(in_file.size(), defaults.size());
+  for (size_t i = 0; i < defaults.size(); ++i) {
+    EXPECT_EQ(in_file[i].value, defaults[i].value) << "deploy/kvtierd.toml: " << defaults[i].key;
+    const std::string sec = defaults[i].key.substr(0, defaults[i].key.find('.'));
+    const std::string name = defaults[i].key.substr(sec.size() + 1);
+    const size_t start = deploy.find("\n[" + sec + "]\n");
+    ASSERT_NE(start, std::string::npos) << "deploy/kvtierd.toml has no [" << sec << "]";
+    const std::string body = deploy.substr(start, deploy.find("\n[", start + 1) - start);
+    EXPECT_TRUE(std::regex_search(body, std::regex("\n(# )?" + name + " = ")))
+        << "deploy/kvtierd.toml does not show " << defaults[i].key;
+  }
+
+  // The README's table: each row's keys (`section.name`, one or several)
+  // and its default column (one value per key, comma-separated; a remark
+  // in parentheses after a value is prose), as TOML writes the value but
+  // for the quotes around a non-empty string.
+  std::vector<ConfigEntry> documented;
+  std::istringstream readme(SourceFile("README.md"));
+  const std::regex key_re("`([a-z]+\\.[a-z_]+)`");
+  for (std::string line; std::getline(readme, line);) {
+    if (line.rfind("| `", 0) != 0) continue;
+    const size_t c1 = line.find(" | ", 2);
+    const size_t c2 = c1 == std::string::npos ? c1 : line.find(" | ", c1 + 3);
+    if (c2 == std::string::npos) continue;
+    std::string keys_cell = line.substr(2, c1 - 2);
+    keys_cell = keys_cell.substr(0, keys_cell.find(" ("));  // the flags
+    std::vector<std::string> keys;
+    for (std::sregex_iterator it(keys_cell.begin(), keys_cell.end(), key_re), end; it != end;
+         ++it) {
+      keys.push_back((*it)[1]);
+    }
+    if (keys.empty()) continue;
+    std::vector<std::string> values;
+    std::istringstream cell(line.substr(c1 + 3, c2 - c1 - 3));
+    for (std::string v; std::getline(cell, v, ',');) {
+      v = v.substr(0, v.find(" ("));
+      std::erase(v, '`');
+      v.erase(0, v.find_first_not_of(' '));
+      v.erase(v.find_last_not_of(' ') + 1);
+      values.push_back(v);
+    }
+    ASSERT_EQ(values.size(), keys.size()) << "README: one default per key in: " << line;
+    for (size_t i = 0; i < keys.size(); ++i) documented.push_back({keys[i], values[i]});
+  }
+  ASSERT_EQ(documented.size(), defaults.size()) << "README: every key, once";
+  for (const ConfigEntry& want : defaults) {
+    std::string shown = want.value;
+    if (shown.size() > 2 && shown.front() == '"') shown = shown.substr(1, shown.size() - 2);
+    auto it = std::find_if(documented.begin(), documented.end(),
+                           [&](const ConfigEntry& d) { return d.key == want.key; });
+    ASSERT_NE(it, documented.end()) << "README: no row for " << want.key;
+    EXPECT_EQ(it->value, shown) << "README: the default of " << want.key;
+  }
 }
 
 }  // namespace
