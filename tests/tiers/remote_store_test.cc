@@ -1,5 +1,5 @@
 // The remote tier's client and store against a real Redis Cluster
-// (tests/redis/redis_harness.h): routing, pipelining, redirections during
+// (tests/support/redis_harness.h): routing, pipelining, redirections during
 // a resharding, the value format's checks, the deployment secret, and the
 // failures (a master killed, the cluster gone, maxmemory).
 #include "tiers/internal/remote_store.h"
