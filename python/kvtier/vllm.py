@@ -8,11 +8,21 @@ spans GPU, host and SSD under one eviction policy::
         "kv_connector_module_path":"kvtier.vllm","kv_role":"kv_both"}'
 
 Scheduler side: a new request's prompt is cut into kvtier blocks (a whole
-number of vLLM blocks each) and looked up; the hits beyond vLLM's own prefix
-hit are loaded into the request's blocks before its first forward, so the
-prefill skips them. When a request finishes, its new full blocks (prompt and
-output) are stored, asynchronously: vLLM frees the request's blocks once the
-worker reports the save done.
+number of vLLM blocks each) and hinted to kvtierd the moment vLLM accepts it
+(``on_new_request``), so that blocks on the SSD or in the remote tier come up
+to host memory while the request waits in vLLM's queue. When it is scheduled
+the prompt is looked up; the hits beyond vLLM's own prefix hit are loaded
+into the request's blocks, so the prefill skips them. Blocks in host memory
+are loaded before the request's first forward; blocks that must still come
+from the SSD or the remote tier are loaded asynchronously (vLLM's
+WAITING_FOR_REMOTE_KVS: the request waits for them while the other requests
+keep running, and the step's batch never waits for a disk). The prompt's full
+blocks are stored at the end of its prefill, so a second turn that arrives
+while the first is still generating, or after that vLLM crashed, finds them;
+when the request finishes, its new full blocks (the output's) are stored too.
+Stores are asynchronous: vLLM frees a finished request's blocks once the
+worker reports its stores done, and a preempted request's blocks are not
+handed on while one of its stores still reads them.
 
 Worker side: the leased blocks are staged out of kvtierd's shared host arena
 (or its GPU arena, ``"tier": "device"``) before the forward and copied into
@@ -46,6 +56,15 @@ Settings, in ``kv_connector_extra_config`` (all optional):
     The longest wait for kvtierd per call (default 5000).
 ``retry_interval_s``
     How often to try kvtierd again while it is unreachable (default 1).
+``load_async``
+    ``"auto"`` (default: asynchronously when a hit is on the SSD or in the
+    remote tier, before the forward when it is in memory), ``"always"`` or
+    ``"never"``.
+``hints``
+    Hint each request's prompt to kvtierd when vLLM accepts it (default true).
+``store_prompt``
+    Store the prompt's blocks at the end of its prefill, not only when the
+    request finishes (default true).
 ``quantize_lower``
     ``"off"`` (default), ``"fp8_e4m3"`` or ``"fp8_e5m2"``: kvtierd keeps this
     model's blocks in its SSD and remote tiers in that fp8 format (half the
@@ -62,7 +81,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -104,12 +123,15 @@ class Settings:
     timeout_ms: int = 5000
     retry_interval_s: float = 1.0
     quantize_lower: str = "off"
+    load_async: str = "auto"
+    hints: bool = True
+    store_prompt: bool = True
 
     @staticmethod
     def from_extra_config(extra: dict[str, Any]) -> "Settings":
         known = {"socket", "salt", "model_id", "tier", "retention_priority",
                  "retention_duration_ms", "block_tokens", "timeout_ms", "retry_interval_s",
-                 "quantize_lower"}
+                 "quantize_lower", "load_async", "hints", "store_prompt"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"kvtier.vllm: unknown setting(s) {unknown} in "
@@ -134,7 +156,24 @@ class Settings:
         if s.quantize_lower not in ("off", "fp8_e4m3", "fp8_e5m2"):
             raise ValueError("kvtier.vllm: quantize_lower must be 'off', 'fp8_e4m3' or "
                              f"'fp8_e5m2', not {s.quantize_lower!r}")
+        s.load_async = str(extra.get("load_async", "auto")).lower()
+        if s.load_async not in ("auto", "always", "never"):
+            raise ValueError("kvtier.vllm: load_async must be 'auto', 'always' or 'never', not "
+                             f"{s.load_async!r}")
+        s.hints = _flag(extra, "hints", True)
+        s.store_prompt = _flag(extra, "store_prompt", True)
         return s
+
+
+def _flag(extra: dict[str, Any], key: str, default: bool) -> bool:
+    v = extra.get(key, default)
+    if isinstance(v, bool):
+        return v
+    if str(v).lower() in ("true", "1", "yes", "on"):
+        return True
+    if str(v).lower() in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"kvtier.vllm: {key} must be true or false, not {v!r}")
 
 
 @dataclass
@@ -145,15 +184,17 @@ class _Load:
     token_ids: list[int]  # the prompt's tokens up to the last block to load
     first_token: int  # tokens before this one are computed already (vLLM's own hit)
     block_ids: list[int]  # the request's vLLM blocks, from its first
+    asynchronous: bool = False  # off the forward; done when get_finished says so
 
 
 @dataclass
 class _Save:
-    """The full blocks of a finished request to store into kvtierd."""
+    """Full blocks of a request to store into kvtierd."""
 
     req_id: str
     token_ids: list[int]  # a whole number of kvtier blocks
     block_ids: list[int]  # the request's vLLM blocks, from its first
+    final: bool = True  # the request finished: get_finished reports it once stored
 
 
 @dataclass
@@ -172,6 +213,7 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
 
     loads: list[_Load] = field(default_factory=list)
     saves: list[_Save] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
 
 
 def _namespace(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
@@ -333,22 +375,31 @@ class KvtierConnector(KVConnectorBase_V1):
                                 "vllm-worker" if is_worker else "vllm-scheduler",
                                 map_arenas=is_worker)
         # Scheduler state.
+        self._requests: dict[str, "Request"] = {}  # accepted and not finished
         self._hits: dict[str, int] = {}  # request -> kvtier blocks cached at lookup
+        self._tiers: dict[str, list[Tier]] = {}  # request -> the tier of each hit
+        self._async: dict[str, bool] = {}  # request -> its load goes off the forward
         self._local: dict[str, int] = {}  # request -> tokens of vLLM's own hit at lookup
+        self._prompt_stored: dict[str, int] = {}  # request -> its prompt's blocks, at prefill end
+        self._prompt_issued: set[str] = set()  # requests with a store of the prompt issued
         self._loads: dict[str, _Load] = {}
         self._saves: list[_Save] = []
         # Worker state.
         self._layers: list[torch.Tensor] = []  # per layer: [blocks, 2, ratio', tokens', H, D]
         self._layer_index: dict[str, int] = {}
         self._layerwise = True  # copy each layer when its attention asks (wait_for_layer_load)
-        self._staged: list[_Staged] = []  # this step's loads, staged
+        self._staged: list[_Staged] = []  # this step's loads before the forward, staged
         self._copied: set[int] = set()  # layers of this step copied already
         self._load_errors: set[int] = set()
+        self._loader: Optional[ThreadPoolExecutor] = None  # asynchronous loads
+        self._loaded: set[str] = set()  # asynchronous loads done, for get_finished
         self._saver: Optional[ThreadPoolExecutor] = None
         self._saved: set[str] = set()
-        self._saved_lock = threading.Lock()
-        self.counters = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
-                         "load_failed_blocks": 0, "saved_blocks": 0, "save_failures": 0}
+        self._in_flight: dict[str, list[Future]] = {}  # request -> its stores under way
+        self._lock = threading.Lock()  # the sets the threads fill
+        self.counters = {"lookups": 0, "hit_tokens": 0, "hinted_requests": 0,
+                         "async_loads": 0, "loaded_blocks": 0, "load_failed_blocks": 0,
+                         "saved_blocks": 0, "prompt_stores": 0, "save_failures": 0}
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -356,52 +407,137 @@ class KvtierConnector(KVConnectorBase_V1):
 
     # ---------------------------------------------------------------- scheduler
 
+    def _usable(self, request: "Request") -> list[int]:
+        """The prompt's tokens in whole kvtier blocks, leaving at least one to compute."""
+        prompt = request.prompt_token_ids or []
+        return list(prompt[:(len(prompt) - 1) // self.block_tokens * self.block_tokens])
+
+    def on_new_request(self, request: "Request") -> None:
+        """vLLM accepted the request: hint its prompt, so that what kvtierd has of it on
+        the SSD or in the remote tier comes up to memory while it waits to be scheduled."""
+        self._requests[request.request_id] = request
+        if not self.settings.hints:
+            return
+        tokens = self._usable(request)
+        if tokens and self._call("hint", lambda c: c.hint(c.block_keys(tokens))) is not None:
+            self.counters["hinted_requests"] += 1
+
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
-        prompt = request.prompt_token_ids or []
-        # Whole kvtier blocks, leaving at least one prompt token to compute.
-        usable = (len(prompt) - 1) // self.block_tokens * self.block_tokens
-        if usable <= num_computed_tokens:
+        usable = self._usable(request)
+        if len(usable) <= num_computed_tokens:
             self._hits.pop(request.request_id, None)
             return 0, False
-        hits = self._call("lookup", lambda c: c.lookup(c.block_keys(prompt[:usable])).hits)
-        if hits is None:
+        found = self._call("lookup", lambda c: c.lookup(c.block_keys(usable)))
+        if found is None:
             return 0, False
         self.counters["lookups"] += 1
+        hits = found.hits
+        tiers = list(found.tiers)
         self._hits[request.request_id] = hits
+        self._tiers[request.request_id] = tiers
         # update_state_after_alloc comes before vLLM sets request.num_computed_tokens.
         self._local[request.request_id] = num_computed_tokens
-        return max(0, hits * self.block_tokens - num_computed_tokens), False
+        new = max(0, hits * self.block_tokens - num_computed_tokens)
+        first = num_computed_tokens // self.block_tokens
+        slow = any(t in (Tier.SSD, Tier.REMOTE) for t in tiers[first:hits])
+        mode = self.settings.load_async
+        asynchronous = new > 0 and (mode == "always" or (mode == "auto" and slow))
+        self._async[request.request_id] = asynchronous
+        return new, asynchronous
+
+    def get_external_cache_hit_sources(self, request: "Request",
+                                       num_external_tokens: int) -> dict[Any, int]:
+        """The tokens kvtier supplied, by the tier they were in at lookup."""
+        from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+        if num_external_tokens <= 0:
+            return {}
+        names = {Tier.HOST: CacheHitSource.HOST, Tier.SSD: CacheHitSource.DISK,
+                 Tier.REMOTE: CacheHitSource.P2P, Tier.DEVICE: CacheHitSource.DEVICE}
+        tiers = self._tiers.get(request.request_id, [])
+        load = self._loads.get(request.request_id)
+        begin = load.first_token if load is not None else 0
+        end = begin + num_external_tokens
+        T = self.block_tokens
+        out: dict[Any, int] = {}
+        for b in range(begin // T, min(len(tiers), -(-end // T))):
+            n = min(end, (b + 1) * T) - max(begin, b * T)
+            if n > 0:
+                src = names.get(tiers[b], CacheHitSource.EXTERNAL_UNSPECIFIED)
+                out[src] = out.get(src, 0) + n
+        if sum(out.values()) != num_external_tokens:
+            return {CacheHitSource.EXTERNAL_UNSPECIFIED: num_external_tokens}
+        return out
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
                                  num_external_tokens: int) -> None:
         computed = self._local.pop(request.request_id, 0)
+        asynchronous = self._async.pop(request.request_id, False)
         if num_external_tokens <= 0:
             return
         end = computed + num_external_tokens
         self.counters["hit_tokens"] += num_external_tokens
+        self.counters["async_loads"] += asynchronous
         self._loads[request.request_id] = _Load(
             req_id=request.request_id, token_ids=list((request.prompt_token_ids or [])[:end]),
-            first_token=computed, block_ids=list(blocks.get_block_ids()[0]))
+            first_token=computed, block_ids=list(blocks.get_block_ids()[0]),
+            asynchronous=asynchronous)
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
-        meta = KvtierConnectorMetadata(loads=list(self._loads.values()), saves=self._saves)
+        if self.settings.store_prompt:
+            self._store_prompts(scheduler_output)
+        meta = KvtierConnectorMetadata(
+            loads=list(self._loads.values()), saves=self._saves,
+            preempted=sorted(scheduler_output.preempted_req_ids or ()))
         self._loads = {}
         self._saves = []
         return meta
 
+    def _store_prompts(self, out: "SchedulerOutput") -> None:
+        """Requests whose prefill ends in this step: their prompt's full blocks are stored
+        once the step's forward wrote them (its wait_for_save)."""
+        state = getattr(out, "kv_connector_block_state", None)
+        computed = {r.req_id: r.num_computed_tokens for r in out.scheduled_new_reqs}
+        cached = out.scheduled_cached_reqs
+        computed.update(zip(cached.req_ids, cached.num_computed_tokens))
+        for req_id, n in out.num_scheduled_tokens.items():
+            request = self._requests.get(req_id)
+            if request is None or req_id in self._prompt_stored or req_id not in computed:
+                continue
+            prompt = request.prompt_token_ids or []
+            if computed[req_id] + n < len(prompt):
+                continue  # a chunk of the prefill; the rest comes later
+            full = len(prompt) // self.block_tokens
+            self._prompt_stored[req_id] = full
+            if full <= self._hits.get(req_id, 0) or self.conn.get() is None:
+                continue  # kvtierd has them already (or cannot be reached)
+            ids = state.get_block_ids(req_id) if state is not None else None
+            if not ids:
+                continue
+            self._saves.append(_Save(req_id=req_id, token_ids=list(prompt[:full * self.block_tokens]),
+                                     block_ids=list(ids[0][:full * self.ratio]), final=False))
+            self._prompt_issued.add(req_id)
+            self.counters["prompt_stores"] += 1
+
     def request_finished(self, request: "Request",
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        hits = self._hits.pop(request.request_id, 0)
-        self._local.pop(request.request_id, None)
-        self._loads.pop(request.request_id, None)
+        req_id = request.request_id
+        hits = self._hits.pop(req_id, 0)
+        stored = self._prompt_stored.pop(req_id, 0)
+        for d in (self._requests, self._tiers, self._async, self._local, self._loads):
+            d.pop(req_id, None)
         # Tokens whose K and V are in vLLM's blocks: all but the last sampled one.
         computed = min(request.num_computed_tokens, len(block_ids) * self.vllm_block)
         full = computed // self.block_tokens
-        if full <= hits or self.conn.get() is None:
+        # A store of the prompt may still be reading the blocks: a final store, queued
+        # behind it on the worker, says when they may be freed.
+        issued = req_id in self._prompt_issued
+        self._prompt_issued.discard(req_id)
+        if not issued and (full <= max(hits, stored) or self.conn.get() is None):
             return False, None
         tokens = list(request.all_token_ids[:full * self.block_tokens])
-        self._saves.append(_Save(req_id=request.request_id, token_ids=tokens,
+        self._saves.append(_Save(req_id=req_id, token_ids=tokens,
                                  block_ids=list(block_ids[:full * self.ratio])))
         return True, None  # vLLM frees the blocks once get_finished() reports the save
 
@@ -417,6 +553,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._layers = [self._paged_view(kv_caches[n], n) for n in names]
         self._layer_index = {n: i for i, n in enumerate(names)}
         self._saver = ThreadPoolExecutor(1, thread_name_prefix="kvtier-save")
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="kvtier-load")
 
     def _paged_view(self, t: torch.Tensor, name: str) -> torch.Tensor:
         """One layer's paged cache as [blocks, 2 (K, V), r, n, kv_heads, head_dim].
@@ -452,12 +589,34 @@ class KvtierConnector(KVConnectorBase_V1):
         """
         meta = self._get_connector_metadata()
         assert isinstance(meta, KvtierConnectorMetadata)
-        self._staged = [staged for load in meta.loads
+        for load in meta.loads:
+            if load.asynchronous:
+                assert self._loader is not None
+                self._loader.submit(self._load_async, load)
+        self._staged = [staged for load in meta.loads if not load.asynchronous
                         if (staged := self._load(load)) is not None]
         self._copied = set()
         if not self._layerwise:
             for layer in range(len(self._layers)):
                 self._copy_layer(layer)
+
+    def _load_async(self, load: _Load) -> None:
+        """On the loader thread, while vLLM runs other requests: the request's blocks
+        come from kvtierd (which reads them up from the SSD or the remote tier) into
+        its vLLM blocks, every layer; then get_finished reports it loaded."""
+        try:
+            staged = self._load(load)
+            if staged is not None:
+                for layer, dst in enumerate(self._layers):
+                    self._copy_staged(staged, layer, dst)
+        except Exception:  # never leave the request waiting: what failed is recomputed
+            logger.exception("kvtier: asynchronous load of request %s failed", load.req_id)
+            with self._lock:
+                self._load_errors.update(load.block_ids[load.first_token // self.vllm_block:
+                                                        len(load.token_ids) // self.vllm_block])
+        finally:
+            with self._lock:
+                self._loaded.add(load.req_id)
 
     def _load(self, load: _Load) -> Optional[_Staged]:
         """Acquires a request's kvtier blocks and stages their bytes (one copy out of the arena)."""
@@ -487,7 +646,8 @@ class KvtierConnector(KVConnectorBase_V1):
             self.counters["load_failed_blocks"] += len(failed)
             logger.warning("kvtier: request %s: %d of %d blocks not loaded from kvtierd; vLLM "
                            "recomputes them", load.req_id, len(failed), len(want))
-            self._load_errors.update(failed)
+            with self._lock:
+                self._load_errors.update(failed)
         if src is None:
             return None
         # vLLM blocks of these kvtier blocks; those computed already keep their bytes.
@@ -502,13 +662,16 @@ class KvtierConnector(KVConnectorBase_V1):
             return
         self._copied.add(layer)
         dst = self._layers[layer]
+        for st in self._staged:
+            self._copy_staged(st, layer, dst)
+
+    def _copy_staged(self, st: _Staged, layer: int, dst: torch.Tensor) -> None:
         r, bs = self.ratio, self.vllm_block
         _, _, _, H, D = self.layout.block_shape
-        for st in self._staged:
-            n = st.src.shape[0]
-            # [n, 2, r, bs, H, D] -> [n * r, 2, bs, H, D] -> dst's [blocks, 2, r', n', H, D]
-            part = st.src[:, layer].transpose(1, 2).reshape(n * r, 2, bs, H, D)[st.skip:]
-            dst[st.ids] = part.unflatten(2, dst.shape[2:4])
+        n = st.src.shape[0]
+        # [n, 2, r, bs, H, D] -> [n * r, 2, bs, H, D] -> dst's [blocks, 2, r', n', H, D]
+        part = st.src[:, layer].transpose(1, 2).reshape(n * r, 2, bs, H, D)[st.skip:]
+        dst[st.ids] = part.unflatten(2, dst.shape[2:4])
 
     def _call(self, what: str, fn: Any) -> Any:
         """fn(client), or None when kvtierd cannot be reached or the call fails.
@@ -549,15 +712,30 @@ class KvtierConnector(KVConnectorBase_V1):
             logger.warning("kvtier: vLLM ran layers %s without waiting for their load; the "
                            "loaded blocks are recomputed, and from now on every layer is "
                            "loaded before the forward", missed)
-            for st in self._staged:
-                self._load_errors.update(st.block_ids)
+            with self._lock:
+                for st in self._staged:
+                    self._load_errors.update(st.block_ids)
             self._layerwise = False
         self._staged = []
         meta = self._get_connector_metadata()
         assert isinstance(meta, KvtierConnectorMetadata)
         for save in meta.saves:
             assert self._saver is not None
-            self._saver.submit(self._save, save)
+            future = self._saver.submit(self._save, save)
+            with self._lock:
+                self._in_flight.setdefault(save.req_id, []).append(future)
+                if save.final:  # nothing of the request is read after its final store
+                    self._in_flight[save.req_id] = [future]
+
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        """A preempted request's blocks go to other requests in this step's forward: a
+        store still reading them finishes first."""
+        assert isinstance(kv_connector_metadata, KvtierConnectorMetadata)
+        for req_id in kv_connector_metadata.preempted:
+            with self._lock:
+                futures = self._in_flight.pop(req_id, [])
+            for f in futures:
+                f.result()
 
     def _save(self, save: _Save) -> None:
         """Off the forward's thread: allocate slots, copy the blocks in, commit."""
@@ -586,8 +764,12 @@ class KvtierConnector(KVConnectorBase_V1):
             self.counters["save_failures"] += 1
             logger.exception("kvtier: store of request %s failed", save.req_id)
         finally:
-            with self._saved_lock:
-                self._saved.add(save.req_id)
+            with self._lock:
+                if save.final:
+                    self._saved.add(save.req_id)
+                    self._in_flight.pop(save.req_id, None)
+                else:
+                    self.counters["prompt_stores"] += 1
 
     def _copy_out(self, write: Any, to_fill: list[int], save: _Save) -> None:
         """Gathers the blocks of the slots to fill, one index per layer, then one copy per slot."""
@@ -608,23 +790,29 @@ class KvtierConnector(KVConnectorBase_V1):
             del slot
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
-        with self._saved_lock:
+        with self._lock:
             done, self._saved = self._saved, set()
-        return (done or None), None
+            loaded, self._loaded = self._loaded, set()
+        return (done or None), (loaded or None)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
-        errors, self._load_errors = self._load_errors, set()
+        with self._lock:
+            errors, self._load_errors = self._load_errors, set()
         return errors
 
     def shutdown(self) -> None:
+        if self._loader is not None:
+            self._loader.shutdown(wait=True)
         if self._saver is not None:
             self._saver.shutdown(wait=True)
         c = self.counters
         if self._role == KVConnectorRole.SCHEDULER:
-            logger.info("kvtier: %d lookups, %d prompt tokens found in kvtierd", c["lookups"],
-                        c["hit_tokens"])
+            logger.info("kvtier: %d lookups, %d prompt tokens found in kvtierd (%d requests "
+                        "loaded asynchronously), %d requests hinted", c["lookups"],
+                        c["hit_tokens"], c["async_loads"], c["hinted_requests"])
         else:
             logger.info("kvtier: %d blocks loaded (%d failed, recomputed), %d stored (%d "
-                        "stores failed)", c["loaded_blocks"], c["load_failed_blocks"],
-                        c["saved_blocks"], c["save_failures"])
+                        "stores failed, %d prompts stored at the end of their prefill)",
+                        c["loaded_blocks"], c["load_failed_blocks"], c["saved_blocks"],
+                        c["save_failures"], c["prompt_stores"])
         self.conn.close()
