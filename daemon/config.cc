@@ -78,6 +78,17 @@ auto Bool(bool* out) {
   };
 }
 
+auto Share(double* out) {
+  return [out](const toml::node& n) -> Status {
+    if ((n.is_floating_point() || n.is_integer()) && *n.value<double>() >= 0 &&
+        *n.value<double>() <= 1) {
+      *out = *n.value<double>();
+      return Status::Ok();
+    }
+    return InvalidArgumentError("expected a number from 0 to 1");
+  };
+}
+
 auto Uint32(uint32_t* out) {
   return [out](const toml::node& n) -> Status {
     if (n.is_integer() && *n.value<int64_t>() >= 0 && *n.value<int64_t>() <= UINT32_MAX) {
@@ -324,6 +335,9 @@ Status DaemonConfig::Validate() const {
       return InvalidArgumentError("ssd io_threads must be between 1 and 64");
     }
     if (ssd_queue == 0) return InvalidArgumentError("ssd queue must be at least 1");
+    if (!(ssd_fault_read_errors >= 0 && ssd_fault_read_errors <= 1)) {
+      return InvalidArgumentError("ssd fault_read_errors must be from 0 to 1");
+    }
     if (ssd_prepare != "background" && ssd_prepare != "foreground" && ssd_prepare != "sparse") {
       return InvalidArgumentError("ssd prepare \"" + ssd_prepare +
                                   "\": expected background, foreground or sparse");
@@ -467,9 +481,10 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   KVTIER_ASSIGN_OR_RETURN(const toml::table* ssd, section("ssd"));
   if (ssd != nullptr) {
     const toml::table& t = *ssd;
-    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(t, path, "ssd",
-                                          {"dir", "capacity", "policy", "direct_io", "io_threads",
-                                           "queue", "write_through", "prepare"}));
+    KVTIER_RETURN_IF_ERROR(
+        CheckKnownKeys(t, path, "ssd",
+                       {"dir", "capacity", "policy", "direct_io", "io_threads", "queue",
+                        "write_through", "prepare", "fault_read_errors"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "dir", String(&c.ssd_dir)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "capacity", Bytes(&c.ssd_capacity_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "prepare", String(&c.ssd_prepare)));
@@ -478,6 +493,8 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "io_threads", Uint32(&c.ssd_io_threads)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "queue", Uint32(&c.ssd_queue)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "write_through", Bool(&c.ssd_write_through)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, "ssd", "fault_read_errors", Share(&c.ssd_fault_read_errors)));
   }
   KVTIER_ASSIGN_OR_RETURN(const toml::table* remote, section("remote"));
   if (remote != nullptr) {
@@ -550,6 +567,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   std::optional<std::string> ssd_dir, metrics_address;
   std::optional<uint32_t> device_gpu;
   uint32_t ssd_io_threads = 0;
+  std::optional<double> ssd_fault_read_errors;
   uint32_t max_keys = 0, copy_threads = 0;
   std::optional<uint32_t> busy_poll_us;
   std::optional<std::string> socket_owner, socket_group, allow_uids, allow_gids;
@@ -649,6 +667,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "threads doing ssd I/O" + Default(d.ssd_io_threads));
   app.add_flag("--ssd-write-through", write_through,
                "write every committed block to the ssd at once [write-back]");
+  app.add_option("--ssd-fault-read-errors", ssd_fault_read_errors,
+                 "for tests: this share of ssd reads fails with EIO" +
+                     Default(entry("ssd.fault_read_errors")));
   app.add_option("--metrics-address", metrics_address,
                  "Prometheus endpoint HOST:PORT, \"\" = off" + Default(d.metrics_address));
   app.set_version_flag("--version", std::string("kvtierd ") + Version());
@@ -726,6 +747,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (!ssd_prepare.empty()) c.ssd_prepare = ssd_prepare;
   if (ssd_io_threads != 0) c.ssd_io_threads = ssd_io_threads;
   if (write_through) c.ssd_write_through = true;
+  if (ssd_fault_read_errors) c.ssd_fault_read_errors = *ssd_fault_read_errors;
   if (metrics_address) c.metrics_address = *metrics_address;
   if (remote_seeds) c.remote_seeds = SplitList(*remote_seeds);
   if (remote_secret_file) c.remote_secret_file = *remote_secret_file;

@@ -142,6 +142,10 @@ struct DaemonConfig {
   // once too, so a crash loses nothing committed; costs a disk write per
   // block and disk space for blocks also in memory.
   bool ssd_write_through = false;
+  // For tests, never for service: this share of the SSD tier's payload reads
+  // (0 to 1) fails with EIO, spread evenly, to watch what a failing disk
+  // does to the requests above it (each failed read is a miss, recomputed).
+  double ssd_fault_read_errors = 0;
 
   // [remote]
   // A Redis Cluster (or one Redis server) shared by the nodes of a

@@ -13,6 +13,12 @@ namespace {
 std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
 std::string Bool(bool b) { return b ? "true" : "false"; }
 std::string Num(uint64_t n) { return std::to_string(n); }
+std::string Share(double x) {
+  if (x == 0) return "0";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", x);
+  return buf;
+}
 
 template <typename T>
 std::string Array(const std::vector<T>& items) {
@@ -80,6 +86,7 @@ std::vector<ConfigEntry> ConfigEntries(const DaemonConfig& c) {
       {"ssd.io_threads", Num(c.ssd_io_threads)},
       {"ssd.queue", Num(c.ssd_queue)},
       {"ssd.write_through", Bool(c.ssd_write_through)},
+      {"ssd.fault_read_errors", Share(c.ssd_fault_read_errors)},
       {"remote.seeds", Array(c.remote_seeds)},
       {"remote.secret_file", Quoted(c.remote_secret_file)},
       {"remote.key_prefix", Quoted(c.remote_key_prefix)},

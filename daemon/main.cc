@@ -101,6 +101,11 @@ Result<std::unique_ptr<engine::CacheEngine>> BuildEngine(
     ssd_options.direct_io = c.ssd_direct_io;
     ssd_options.prepare = c.ssd_prepare;
     ssd_options.keys_secret_id = keys_secret_id;
+    ssd_options.fault_read_errors = c.ssd_fault_read_errors;
+    if (c.ssd_fault_read_errors > 0) {
+      Log(LogLevel::kWarn, "ssd: fault_read_errors = " + std::to_string(c.ssd_fault_read_errors) +
+                               ": that share of ssd reads fails on purpose (a test setting)");
+    }
     ssd_options.note = [](const std::string& line) { Log(LogLevel::kInfo, "ssd: " + line); };
     auto opened = tiers::NewSsdTier(ssd_options);
     if (!opened) return opened.status().WithContext("ssd tier at " + c.ssd_dir);

@@ -144,6 +144,11 @@ Result<std::unique_ptr<Tier>> NewSsdTier(const SsdTierOptions& options) {
   o.capacity_bytes = options.capacity_bytes;
   o.direct_io = options.direct_io;
   o.keys_secret_id = options.keys_secret_id;
+  if (options.fault_read_errors > 0) {
+    auto faults = std::make_shared<internal::FaultInjector>();
+    faults->SetReadErrorShare(options.fault_read_errors);
+    o.file_factory = internal::FaultInjectingFactory(std::move(faults));
+  }
   if (options.note)
     o.note = [note = options.note](std::string_view line) { note(std::string(line)); };
   if (options.prepare == "background") {

@@ -205,6 +205,9 @@ struct SsdTierOptions {
   // blocks keyed under another secret is refused (FailedPrecondition).
   // Empty: the directory's own secret (persistent_secret()).
   std::string keys_secret_id;
+  // For tests of what a failing disk does to the reads above it: this share
+  // of the tier's payload reads (0 to 1) fails with EIO, spread evenly. 0: off.
+  double fault_read_errors = 0;
 };
 
 // The SSD tier: block payloads in one preallocated slot file on local disk, the index of

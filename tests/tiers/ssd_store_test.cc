@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -447,6 +448,37 @@ TEST_F(SsdStoreTest, ReadFaultsAreErrorsNeverWrongBytes) {
 
     ExpectReads(*store, r, size);
   }
+}
+
+TEST_F(SsdStoreTest, AShareOfReadErrorsFailsThatShareSpreadEvenlyAndTheRestReadBack) {
+  // The injector owned by its factory, as kvtierd's ssd.fault_read_errors makes it.
+  auto faults = std::make_shared<FaultInjector>();
+  SsdOptions o = Options();
+  o.file_factory = FaultInjectingFactory(faults);
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  SsdRecord r = Put(*store, 3, 256 * kKiB);
+  faults->SetReadErrorShare(0.25);
+  int failed = 0;
+  std::vector<int> failed_at;
+  for (int i = 0; i < 40; ++i) {
+    Block out = MakeBlock(0, 256 * kKiB);
+    const Status s = store->Read(r, out.span());
+    if (!s.ok()) {
+      EXPECT_EQ(s.code(), StatusCode::kIoError) << s.ToString();
+      ++failed;
+      failed_at.push_back(i);
+    } else {
+      EXPECT_EQ(std::memcmp(out.span().data(), MakeBlock(3, 256 * kKiB).span().data(), 256 * kKiB),
+                0);
+    }
+  }
+  EXPECT_EQ(failed, 10);
+  EXPECT_EQ(faults->injected(), 10u);
+  EXPECT_EQ(failed_at.front(), 3);  // reads 4, 8, 12, ...: evenly, not in a burst
+  EXPECT_EQ(failed_at[1], 7);
+  faults->SetReadErrorShare(0);
+  ExpectReads(*store, r, 3);
 }
 
 TEST_F(SsdStoreTest, FlippedByteOnDiskIsCorruption) {

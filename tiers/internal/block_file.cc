@@ -219,9 +219,16 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
   return out;
 }
 
+void FaultInjector::SetReadErrorShare(double share) {
+  const double clamped = share < 0 ? 0 : share > 1 ? 1 : share;
+  reads_.store(0);
+  read_error_ppm_.store(static_cast<uint64_t>(clamped * 1e6 + 0.5));
+}
+
 void FaultInjector::Reset() {
   no_space_on_write_.store(false);
   io_error_on_read_.store(false);
+  read_error_ppm_.store(0);
   flip_byte_on_read_.store(false);
   truncated_at_.store(kNotTruncated);
 }
@@ -238,6 +245,14 @@ Status FaultInjectingFile::ReadAt(uint64_t offset, std::span<std::byte> out) {
   if (faults_.io_error_on_read_.load()) {
     faults_.injected_.fetch_add(1);
     return ErrnoStatus(EIO, "read", path(), offset);
+  }
+  if (const uint64_t ppm = faults_.read_error_ppm_.load(); ppm > 0) {
+    // Read n fails when the failures owed so far, floor(n * share), grow.
+    const uint64_t n = faults_.reads_.fetch_add(1);
+    if ((n + 1) * ppm / 1000000 > n * ppm / 1000000) {
+      faults_.injected_.fetch_add(1);
+      return ErrnoStatus(EIO, "read", path(), offset);
+    }
   }
   const uint64_t end = faults_.truncated_at_.load();
   if (end != FaultInjector::kNotTruncated && offset + out.size() > end) {
@@ -268,6 +283,41 @@ BlockFileFactory FaultInjectingFactory(FaultInjector& faults) {
     KVTIER_ASSIGN_OR_RETURN(auto base, OpenBlockFile(path, direct_io, note));
     return std::unique_ptr<BlockFile>(
         std::make_unique<FaultInjectingFile>(std::move(base), faults));
+  };
+}
+
+namespace {
+
+// A FaultInjectingFile that holds its injector.
+class OwningFaultInjectingFile final : public BlockFile {
+ public:
+  OwningFaultInjectingFile(std::unique_ptr<BlockFile> base, std::shared_ptr<FaultInjector> faults)
+      : faults_(std::move(faults)), file_(std::move(base), *faults_) {}
+  Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    return file_.WriteAt(offset, data);
+  }
+  Status ReadAt(uint64_t offset, std::span<std::byte> out) override {
+    return file_.ReadAt(offset, out);
+  }
+  Status Sync() override { return file_.Sync(); }
+  Status Truncate(uint64_t size) override { return file_.Truncate(size); }
+  Result<uint64_t> Size() const override { return file_.Size(); }
+  const std::string& path() const override { return file_.path(); }
+  bool direct_io() const override { return file_.direct_io(); }
+
+ private:
+  std::shared_ptr<FaultInjector> faults_;
+  FaultInjectingFile file_;
+};
+
+}  // namespace
+
+BlockFileFactory FaultInjectingFactory(std::shared_ptr<FaultInjector> faults) {
+  return [faults = std::move(faults)](const std::string& path, bool direct_io,
+                                      const NoteFn& note) -> Result<std::unique_ptr<BlockFile>> {
+    KVTIER_ASSIGN_OR_RETURN(auto base, OpenBlockFile(path, direct_io, note));
+    return std::unique_ptr<BlockFile>(
+        std::make_unique<OwningFaultInjectingFile>(std::move(base), faults));
   };
 }
 

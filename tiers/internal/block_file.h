@@ -112,6 +112,9 @@ class FaultInjector {
   void SetNoSpaceOnWrite(bool on) { no_space_on_write_.store(on); }
   // Every ReadAt fails with EIO (IoError).
   void SetIoErrorOnRead(bool on) { io_error_on_read_.store(on); }
+  // That share of ReadAt calls (0 to 1) fails with EIO, spread evenly: with
+  // 0.05, the 20th, 40th, ... read since it was set.
+  void SetReadErrorShare(double share);
   // Every ReadAt succeeds but one byte of the result is flipped (as if the
   // disk returned a wrong byte).
   void SetFlipByteOnRead(bool on) { flip_byte_on_read_.store(on); }
@@ -128,6 +131,8 @@ class FaultInjector {
   friend class FaultInjectingFile;
   std::atomic<bool> no_space_on_write_{false};
   std::atomic<bool> io_error_on_read_{false};
+  std::atomic<uint64_t> read_error_ppm_{0};
+  std::atomic<uint64_t> reads_{0};
   std::atomic<bool> flip_byte_on_read_{false};
   std::atomic<uint64_t> truncated_at_{kNotTruncated};
   std::atomic<uint64_t> injected_{0};
@@ -155,6 +160,9 @@ class FaultInjectingFile final : public BlockFile {
 
 // A BlockFileFactory opening real files wrapped in FaultInjectingFile.
 BlockFileFactory FaultInjectingFactory(FaultInjector& faults);
+// The same, owning its injector: the factory and each file it opens keep it
+// alive (the daemon's ssd.fault_read_errors).
+BlockFileFactory FaultInjectingFactory(std::shared_ptr<FaultInjector> faults);
 
 // Small files beside the block files (a data directory's FORMAT, secret).
 
