@@ -588,7 +588,7 @@ class CacheEngine {
   bool LeavingFor(EntryId id, TierKind kind) const;
   void OnPromoted(EntryId id, Status status);
   BlockInfo InfoOf(EntryId id) const;
-  void IoFailed(const Status& status, bool pause);
+  void IoFailed(const Status& status, bool pause, const char* what);
   // Quantize on demote's failures (on the engine's thread): a block that
   // could not be encoded (NaN, infinity), or decoded (a corrupt stored block).
   void QuantizeRefused(EntryId id, const Status& status);

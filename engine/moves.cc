@@ -113,7 +113,7 @@ void CacheEngine::OnPromoted(EntryId id, Status status) {
                    "block " + index_.key(id).ToHex() +
                        " failed its check on the ssd; dropped: " + status.ToString());
       } else {
-        IoFailed(status, /*pause=*/true);  // a failing disk: stop writing to it for a while
+        IoFailed(status, /*pause=*/true, "read");  // a failing disk: stop writing to it a while
       }
       // Never served again: gone from lookups now, freed at its last unpin.
       Emit(BlockEvent::Kind::kRemoved, id, blocks_[id].tier);
@@ -218,7 +218,7 @@ void CacheEngine::OnDemoted(EntryId id, Status status) {
     if (status.code() == StatusCode::kInvalidArgument) {
       QuantizeRefused(id, status);
     } else {
-      IoFailed(status, /*pause=*/true);
+      IoFailed(status, /*pause=*/true, "write");
     }
     b.state = State::kDoomed;
     index_.SetVisible(id, false);
@@ -246,13 +246,13 @@ void CacheEngine::QuantizeRefused(EntryId id, const Status& status) {
                  "' was not kept below memory (quantize_lower): " + status.ToString());
 }
 
-void CacheEngine::IoFailed(const Status& status, bool pause) {
+void CacheEngine::IoFailed(const Status& status, bool pause, const char* what) {
   ++stats_.io_errors;
   if (pause && clock_.Now() >= ssd_paused_until_) {
     ssd_paused_until_ = clock_.Now() + ssd_pause_ns_;
     ++ssd_pauses_;
     last_io_error_ = status;
-    LogLimited(io_log_, "ssd write failed (" + status.ToString() +
+    LogLimited(io_log_, std::string("ssd ") + what + " failed (" + status.ToString() +
                             "); no demotions to the ssd for " +
                             std::to_string(ssd_pause_ns_ / kNsPerSec) + " s");
   } else {

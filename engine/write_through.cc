@@ -52,7 +52,7 @@ void CacheEngine::OnShadowWritten(EntryId id, Status status, uint64_t checksum) 
     if (status.code() == StatusCode::kInvalidArgument) {
       QuantizeRefused(id, status);  // stays in memory, without a shadow
     } else {
-      IoFailed(status, /*pause=*/true);
+      IoFailed(status, /*pause=*/true, "write");
     }
     FreeShadow(id);
   }

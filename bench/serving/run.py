@@ -18,7 +18,9 @@ Configurations (``--configs``, comma-separated, in the order run):
 - ``kvtier-host``: the same vLLM with kvtier.vllm; kvtierd's host tier holds
   the working set (``--host``), no SSD.
 - ``kvtier-ssd``: host tier smaller than the working set (``--small-host``)
-  over an SSD tier (``--ssd``).
+  over an SSD tier (``--ssd``). ``kvtier-ssd-sync``: the same with SSD hits
+  loaded inside the step (``load_async: never``), and ``kvtier-ssd-nohints``
+  without hints: what asynchronous loads and hints are worth.
 - ``vllm-2x-rr``, ``vllm-2x-affine``, ``kvtier-2x-rr``, ``kvtier-2x-affine``:
   two vLLM replicas (one core each) behind the harness's router, round robin
   or prefix-affine (a session always to the same replica), without or with one
@@ -64,6 +66,7 @@ class Config:
     replicas: int = 1
     routing: str = "round_robin"
     connector: Optional[str] = None  # None, "kvtier", "offload", "lmcache"
+    extra: Dict[str, Any] = field(default_factory=dict)  # kv_connector_extra_config
     host: Optional[str] = None  # kvtierd's host tier
     ssd: Optional[str] = None  # kvtierd's SSD tier
     kv_blocks: int = 0
@@ -82,8 +85,12 @@ def configs(names: List[str], a: argparse.Namespace) -> List[Config]:
         if n.startswith("kvtier"):
             c.connector = "kvtier"
             c.host = a.host
-            if n == "kvtier-ssd":
+            if n.startswith("kvtier-ssd"):
                 c.host, c.ssd = a.small_host, a.ssd
+            if n.endswith("-sync"):  # SSD hits loaded inside the step, as before
+                c.extra["load_async"] = "never"
+            if n.endswith("-nohints"):
+                c.extra["hints"] = False
             c.faults = list(a.faults)
         elif n == "vllm-offload":
             c.connector = "offload"
@@ -149,7 +156,7 @@ def run_config(cfg: Config, reqs: List[traces.Request], a: argparse.Namespace,
             env: Dict[str, str] = {}
             if cfg.connector == "kvtier":
                 assert daemon is not None
-                conn = kvtier_connector(daemon.socket)
+                conn = kvtier_connector(daemon.socket, **cfg.extra)
             elif cfg.connector == "offload":
                 conn = offloading_connector(int(a.offload_gib * 2**30))
             elif cfg.connector == "lmcache":

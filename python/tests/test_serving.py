@@ -1,0 +1,54 @@
+"""Serving under faults: `vllm serve` with kvtier.vllm, started as the README
+writes it, on the recorded Mooncake trace, while kvtierd is killed with SIGKILL
+and restarted and a share of its SSD reads fail.
+
+The harness is bench/serving's (the benchmark's own servers, load generator
+and token comparison), on the tests' tiny model and a few dozen requests:
+every request completes, and every request's greedy output equals that of
+vLLM alone, token for token, except where the harness shows a near-tie (the
+top two log-probabilities within 1e-4 in both runs), which vLLM's batching may
+break either way.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from bench.serving import run as serving  # noqa: E402
+
+
+def test_faults_while_serving_lose_no_request_and_change_no_token(tmp_path, monkeypatch):
+    import conftest
+
+    monkeypatch.setenv("KVTIERD", str(conftest.KVTIERD))
+    out = tmp_path / "serving"
+    assert serving.main([
+        "--out", str(out), "--model", "tiny", "--trace", "mooncake", "--requests", "36",
+        "--time-scale", "0.05", "--configs", "vllm,kvtier-ssd", "--small-host", "8MiB",
+        "--ssd", "256MiB", "--faults", "restart@15,ssd-read-errors=0.05"]) == 0
+    summary = {s["config"]: s for s in json.loads((out / "summary.json").read_text())}
+    assert set(summary) == {"vllm", "kvtier-ssd"}, (out / "table.md").read_text()
+    base, kv = summary["vllm"], summary["kvtier-ssd"]
+    assert base["failed"] == 0 and kv["failed"] == 0, (out / "table.md").read_text()
+    assert base["requests"] == kv["requests"] >= 24  # whole sessions, up to 36 requests
+    cmp = kv["tokens_vs_baseline"]
+    assert cmp["differ"] == 0 and cmp["not_compared"] == 0, cmp
+    assert cmp["same"] + cmp["near_ties"] == kv["requests"]
+
+    res = json.loads(next(out.glob("config-*-kvtier-ssd.json")).read_text())
+    assert res["restarts"] == 1 and res["events"], res["events"]
+    restart_at = res["events"][0]["t"]
+    # The faults happened: SSD reads failed, and kvtier still served hits after
+    # the restart (the hit rate recovers): requests sent after it found blocks.
+    errors = [s["kvtierd"].get("kvtier_io_errors_total", 0) for s in res["samples"]
+              if s.get("kvtierd")]
+    assert max(errors) > 0, "no SSD read failed"
+    after = [r for r in res["results"] if r["sent_s"] > restart_at + 2]
+    assert after, "no request after the restart"
+    assert sum(r["cached_tokens"] for r in after) > 0
+    assert kv["hit_rate"] > base["hit_rate"]
