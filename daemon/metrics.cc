@@ -131,6 +131,21 @@ class Families {
     }
   }
 
+  // One sample per namespace and label value, labelled namespace= (its id),
+  // model= and `label`; `values(use)` gives the (label value, tokens) pairs.
+  template <typename F>
+  void PerNamespace(const char* name, const char* help, const char* label, F values) {
+    MetricFamily& f = Add(name, MetricType::Counter, help);
+    const auto& uses = s_.engine.namespace_use;
+    for (size_t ns = 0; ns < uses.size(); ++ns) {
+      for (const auto& [value, tokens] : values(uses[ns])) {
+        f.metric.push_back(
+            Sample(MetricType::Counter, static_cast<double>(tokens),
+                   {{"namespace", std::to_string(ns)}, {"model", uses[ns].model}, {label, value}}));
+      }
+    }
+  }
+
   void LatencyHistogram(const char* name, const char* help) {
     MetricFamily& f = Add(name, MetricType::Histogram, help);
     for (size_t i = 0; i < kNumOpcodes; ++i) {
@@ -234,6 +249,27 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
   f.Scalar("kvtier_prefix_tokens_saved_total", kCounter,
            "Prompt tokens whose KV was read from the cache instead of recomputed",
            static_cast<double>(e.acquired_tokens));
+  // Per namespace, in tokens: where its hits came from, why its misses missed.
+  f.PerNamespace("kvtier_namespace_hit_tokens_total",
+                 "Tokens of blocks acquires found, by namespace and the tier they were in", "tier",
+                 [&e](const engine::NamespaceUse& u) {
+                   std::vector<std::pair<std::string, uint64_t>> out;
+                   for (const TierStats& t : e.tiers) {
+                     if (!t.present) continue;
+                     out.emplace_back(std::string(tiers::TierKindName(t.kind)),
+                                      u.hit_blocks[static_cast<size_t>(t.kind)] * u.block_tokens);
+                   }
+                   return out;
+                 });
+  f.PerNamespace("kvtier_namespace_missed_tokens_total",
+                 "Tokens of looked-up blocks not cached, or found and not loaded, by namespace "
+                 "and reason",
+                 "reason", [](const engine::NamespaceUse& u) {
+                   return std::vector<std::pair<std::string, uint64_t>>{
+                       {"never_stored", u.missed_never_stored * u.block_tokens},
+                       {"evicted", u.missed_evicted * u.block_tokens},
+                       {"failed_load", u.failed_loads * u.block_tokens}};
+                 });
   // Writes.
   f.Scalar("kvtier_committed_blocks_total", kCounter, "Blocks written and published",
            static_cast<double>(e.committed_blocks));
@@ -471,6 +507,18 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
   add("lookup_hits", st.lookup_hits);
   add("acquired_blocks", st.acquired_blocks);
   add("prefix_tokens_saved", st.acquired_tokens);
+  for (size_t ns = 0; ns < st.namespace_use.size(); ++ns) {
+    const engine::NamespaceUse& u = st.namespace_use[ns];
+    const std::string p = "namespace." + std::to_string(ns) + ".";
+    for (const TierStats& t : st.tiers) {
+      if (!t.present) continue;
+      add(p + "hit_tokens." + std::string(tiers::TierKindName(t.kind)),
+          u.hit_blocks[static_cast<size_t>(t.kind)] * u.block_tokens);
+    }
+    add(p + "missed_tokens.never_stored", u.missed_never_stored * u.block_tokens);
+    add(p + "missed_tokens.evicted", u.missed_evicted * u.block_tokens);
+    add(p + "missed_tokens.failed_load", u.failed_loads * u.block_tokens);
+  }
   add("committed_blocks", st.committed_blocks);
   add("aborted_blocks", st.aborted_blocks);
   add("dropped_blocks", st.dropped_blocks);

@@ -144,6 +144,7 @@ Result<NamespaceId> CacheEngine::AddNamespace(const NamespaceSpec& spec) {
     KVTIER_ASSIGN_OR_RETURN(tier_ns, ssd->RegisterNamespace(spec.model, spec.salt, spec.layout));
   }
   namespaces_.push_back(spec);
+  ns_use_.push_back(NamespaceUse{spec.model, spec.layout.block_tokens, {}, 0, 0, 0});
   block_bytes_.push_back(bytes);
   tier_ns_.push_back(tier_ns);
   ns_decided_.push_back(true);
@@ -354,9 +355,31 @@ void CacheEngine::Drop(EntryId id) {
     if (blocks_[e].state == State::kReady) Emit(BlockEvent::Kind::kRemoved, e, blocks_[e].tier);
     FreeShadow(e);
     LeaveTier(e);
+    RememberDropped(e);
     index_.Erase(e);
     ++stats_.dropped_blocks;
   }
+}
+
+namespace {
+// 2^18 fingerprints (2 MiB): the dropped blocks a miss is told apart by.
+constexpr size_t kDroppedSlots = size_t{1} << 18;
+
+uint64_t DroppedFingerprint(NamespaceId ns, const BlockKey& key) {
+  return prefix_index::BlockKeyHash::Mix(key, 0x9e3779b97f4a7c15ULL * (uint64_t{ns} + 1)) | 1;
+}
+}  // namespace
+
+void CacheEngine::RememberDropped(EntryId id) {
+  if (dropped_.empty()) dropped_.assign(kDroppedSlots, 0);
+  const uint64_t f = DroppedFingerprint(index_.ns(id), index_.key(id));
+  dropped_[f % kDroppedSlots] = f;
+}
+
+bool CacheEngine::WasDropped(NamespaceId ns, const BlockKey& key) const {
+  if (dropped_.empty()) return false;
+  const uint64_t f = DroppedFingerprint(ns, key);
+  return dropped_[f % kDroppedSlots] == f;
 }
 
 void CacheEngine::EnterTier(EntryId id, TierKind kind, SlotId slot) {

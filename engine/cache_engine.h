@@ -173,8 +173,27 @@ struct TierStats {
   std::optional<eviction::AdaptiveReport> adaptive;
 };
 
+// What the workers of one namespace found and missed (EngineStats::
+// namespace_use), in blocks; times the namespace's block_tokens, in tokens.
+struct NamespaceUse {
+  std::string model;
+  uint32_t block_tokens = 0;
+  // Blocks acquires found, by the tier they were in before any promotion.
+  std::array<uint64_t, kNumTierKinds> hit_blocks{};
+  // Looked-up blocks past the cached run, by why the run ended there: its
+  // first missing key was never cached here (or long forgotten), or it was
+  // cached and has been dropped (evicted from the last tier, orphaned,
+  // removed). Counted per lookup: a worker asking twice counts twice.
+  uint64_t missed_never_stored = 0;
+  uint64_t missed_evicted = 0;
+  // Blocks an acquire found but could not hand out: a failed read or
+  // checksum on the way up, or no room in the tier asked for.
+  uint64_t failed_loads = 0;
+};
+
 struct EngineStats {
   std::array<TierStats, kNumTierKinds> tiers;
+  std::vector<NamespaceUse> namespace_use;  // indexed by NamespaceId
   uint64_t namespaces = 0;
   uint64_t index_entries = 0;
   uint64_t index_bytes = 0;
@@ -662,8 +681,15 @@ class CacheEngine {
   bool references_wanted_ = false;            // a policy wants Referenced()
   std::vector<uint64_t> chain_fingerprints_;  // TellReferences' scratch
   std::vector<NamespaceSpec> namespaces_;     // indexed by NamespaceId
-  std::vector<uint64_t> block_bytes_;         // indexed by NamespaceId
-  std::vector<uint32_t> tier_ns_;             // the io_bound tier's id of each namespace
+  std::vector<NamespaceUse> ns_use_;          // indexed by NamespaceId
+  // Fingerprints of dropped blocks, direct-mapped (a newer one overwrites an
+  // older): tells a miss of an evicted block from one of a block never
+  // stored, in bounded memory (NamespaceUse).
+  std::vector<uint64_t> dropped_;
+  void RememberDropped(EntryId id);
+  bool WasDropped(NamespaceId ns, const BlockKey& key) const;
+  std::vector<uint64_t> block_bytes_;  // indexed by NamespaceId
+  std::vector<uint32_t> tier_ns_;      // the io_bound tier's id of each namespace
   // False for a namespace restored from the ssd that no worker has attached
   // to yet: the first AddNamespace for it sets its quantize_lower.
   std::vector<bool> ns_decided_;

@@ -29,6 +29,11 @@ Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKe
     ++stats_.tiers[Index(blocks_[id].tier)].lookup_hits;
   }
   result.hits = result.tiers.size();
+  if (result.hits < keys.size()) {
+    NamespaceUse& use = ns_use_[ns];
+    (WasDropped(ns, keys[result.hits]) ? use.missed_evicted : use.missed_never_stored) +=
+        keys.size() - result.hits;
+  }
   ++stats_.lookups;
   stats_.lookup_keys += keys.size();
   stats_.lookup_hits += result.hits;
@@ -121,6 +126,7 @@ std::vector<EntryId> CacheEngine::PinLeadingRun(NamespaceId ns, std::span<const 
     const Block& b = blocks_[*it];
     PolicyOf(b.tier).Touch(*it, MetaOf(*it));
     ++stats_.tiers[Index(b.tier)].hits;
+    ++ns_use_[ns].hit_blocks[Index(b.tier)];
   }
   return run;
 }
@@ -139,6 +145,7 @@ Lease CacheEngine::MakeLease(NamespaceId ns, std::vector<EntryId> run, TierKind 
     ++kept;
   }
   for (size_t i = run.size(); i > kept; --i) Unpin(run[i - 1]);
+  ns_use_[ns].failed_loads += run.size() - kept;
   run.resize(kept);
 
   Lease lease;

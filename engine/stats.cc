@@ -24,6 +24,7 @@ EngineStats CacheEngine::Stats() const {
     ts.pinned_blocks = pinned_in_tier_[i];
   }
   s.namespaces = namespaces_.size();
+  s.namespace_use = ns_use_;
   s.index_entries = index_.size();
   s.index_bytes = index_.MemoryBytes();
   s.pending_blocks = pending_blocks_;

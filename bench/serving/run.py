@@ -102,6 +102,24 @@ def configs(names: List[str], a: argparse.Namespace) -> List[Config]:
     return out
 
 
+def install_lmcache(out: Path) -> Path:
+    """LMCache and what it needs beyond the project's environment, pinned
+    (peers-requirements.txt), into <out>/peers/lmcache: once."""
+    import subprocess
+
+    target = out / "peers" / "lmcache"
+    reqs = Path(__file__).with_name("peers-requirements.txt")
+    stamp = target / ".installed"
+    if stamp.exists() and stamp.read_text() == reqs.read_text():
+        return target
+    print(f"  installing LMCache ({reqs.name}) into {target}", flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    "--no-deps", "--only-binary", ":all:", "--target", str(target), "-r",
+                    str(reqs)], check=True)
+    stamp.write_text(reqs.read_text())
+    return target
+
+
 def warm_up(urls: List[str], model: str, vocab: int) -> None:
     """One short request per server: first-call costs out of the measurement."""
     import urllib.request
@@ -162,7 +180,8 @@ def run_config(cfg: Config, reqs: List[traces.Request], a: argparse.Namespace,
             elif cfg.connector == "lmcache":
                 conn = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
                 env = {"LMCACHE_LOCAL_CPU": "True", "LMCACHE_CHUNK_SIZE": str(BLOCK),
-                       "LMCACHE_MAX_LOCAL_CPU_SIZE": str(a.offload_gib)}
+                       "LMCACHE_MAX_LOCAL_CPU_SIZE": str(a.offload_gib),
+                       "PYTHONPATH": str(install_lmcache(out))}
             cores = None if cfg.replicas == 1 else str(k % (os.cpu_count() or 1))
             srv = VllmServer(model_dir, work / f"vllm{k}.log", kv_blocks=cfg.kv_blocks,
                              connector=conn, cores=cores, env=env)

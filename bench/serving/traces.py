@@ -13,8 +13,8 @@ block always has something to compute.
   requests that share a first block); most are a single request. The load keeps
   the sessions of at least ``min_session`` requests, in arrival order, so that a
   few hundred requests carry the trace's multi-turn reuse rather than its
-  one-off prompts: whole sessions, in the order they start, until the request
-  cap. ``tokens_per_id`` 64 by default (a 512-token block becomes 64
+  one-off prompts: whole sessions, every k-th in the order they start (so
+  that first turns arrive over the whole recording), until the request cap. ``tokens_per_id`` 64 by default (a 512-token block becomes 64
   tokens: the prompts' shape at an eighth of the length).
 - ``agent``: the kv-cache-tester coding-agent sessions, tests/data/kv-cache-tester/
   (64-token blocks; ids are local to a file, so each file's ids are scoped by
@@ -87,19 +87,27 @@ def mooncake(limit: Optional[int], time_scale: float, vocab: int, tokens_per_id:
     sessions: Dict[int, int] = {}
     for r in rows:
         sessions[r["hash_ids"][0]] = sessions.get(r["hash_ids"][0], 0) + 1
-    # Whole sessions, in the order they start, until `limit` requests.
-    chosen: set = set()
-    count = 0
+    # Whole sessions, spread evenly over the trace (every k-th in the order
+    # they start), until `limit` requests: their first turns arrive over the
+    # whole recording, not in one cold burst at its start.
+    order: List[int] = []
+    seen: set = set()
     for r in rows:
         first = r["hash_ids"][0]
-        if first in chosen or sessions[first] < min_session:
-            continue
-        if limit is not None and count + sessions[first] > limit and chosen:
-            continue
-        chosen.add(first)
-        count += sessions[first]
-        if limit is not None and count >= limit:
-            break
+        if sessions[first] >= min_session and first not in seen:
+            seen.add(first)
+            order.append(first)
+    chosen: set = set()
+    if limit is None:
+        chosen = set(order)
+    else:
+        mean = sum(sessions[f] for f in order) / max(1, len(order))
+        step = max(1.0, len(order) / max(1.0, limit / mean))
+        count, j = 0, 0.0
+        while int(j) < len(order) and count < limit:
+            chosen.add(order[int(j)])
+            count += sessions[order[int(j)]]
+            j += step
     kept = [(i, r) for i, r in enumerate(rows) if r["hash_ids"][0] in chosen]
     if not kept:
         return []

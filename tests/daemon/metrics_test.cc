@@ -369,6 +369,57 @@ TEST_F(MetricsTest, MetricsAgreeWithWhatTheClientSaw) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << daemon_->Log();
 }
 
+// Per namespace, in tokens: where its hits came from, and why its misses
+// missed (never stored, or stored and since dropped), in the metrics and in
+// STATS alike.
+TEST_F(MetricsTest, NamespaceHitsByTierAndMissesByReason) {
+  StartDaemon();
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  const auto keys = c->Keys(RandomPrompt(7, 10));
+  const std::vector<BlockKey> stored(keys.begin(), keys.begin() + 6);
+  ASSERT_EQ(Put(*c, stored, WireTier::kHost, 6), 6u);
+  {
+    auto lease = c->Acquire(keys);
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    ASSERT_EQ(lease->size(), 6u);
+  }
+  ASSERT_EQ(c->Lookup(keys)->tiers.size(), 6u);  // the other 4 were never stored
+  ASSERT_GE(*c->Remove(stored), 1u);  // the head, and what hangs below it
+  ASSERT_EQ(c->Lookup(keys)->tiers.size(), 0u);  // all 10 behind a dropped block
+  const Exposition m = Scrape();
+  const auto sum = [&m](const std::string& family, const std::string& label) {
+    double total = 0;
+    int series = 0;
+    for (const auto& [name, value] : m.samples) {
+      if (name.rfind(family + "{", 0) == 0 && name.find(label) != std::string::npos &&
+          name.find("namespace=\"") != std::string::npos) {
+        total += value;
+        ++series;
+      }
+    }
+    EXPECT_GT(series, 0) << family << " " << label;
+    return total;
+  };
+  constexpr double kTokens = 16;  // the test layout's block_tokens
+  EXPECT_EQ(sum("kvtier_namespace_hit_tokens_total", "tier=\"host\""), 6 * kTokens);
+  EXPECT_EQ(sum("kvtier_namespace_hit_tokens_total", "tier=\"ssd\""), 0);
+  EXPECT_EQ(sum("kvtier_namespace_missed_tokens_total", "reason=\"never_stored\""), 4 * kTokens);
+  EXPECT_EQ(sum("kvtier_namespace_missed_tokens_total", "reason=\"evicted\""), 10 * kTokens);
+  EXPECT_EQ(sum("kvtier_namespace_missed_tokens_total", "reason=\"failed_load\""), 0);
+
+  auto list = c->Stats();
+  ASSERT_TRUE(list.ok());
+  std::map<std::string, uint64_t> by_key;
+  for (const auto& [key, value] : *list) {
+    if (key.rfind("namespace.", 0) != 0) continue;
+    by_key[key.substr(key.find('.', 10) + 1)] += std::stoull(value);
+  }
+  EXPECT_EQ(by_key["hit_tokens.host"], 6 * 16u);
+  EXPECT_EQ(by_key["missed_tokens.never_stored"], 4 * 16u);
+  EXPECT_EQ(by_key["missed_tokens.evicted"], 10 * 16u);
+}
+
 TEST_F(MetricsTest, PromtoolAcceptsTheExpositionAndMalformedFramesAreCountedAndLoggedOnce) {
   StartDaemon();
   auto c = Connect();
