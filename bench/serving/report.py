@@ -56,13 +56,15 @@ def summarize(result: Dict[str, Any], base: Optional[Dict[str, Any]]) -> Dict[st
     rs = result["results"]
     ok = [r for r in rs if not r["error"]]
     ttft = [r["ttft_s"] for r in ok]
+    hit_ttft = [r["ttft_s"] for r in ok if r["cached_tokens"] > 0]
     tpot = [r["tpot_s"] for r in ok if r["output_tokens"] > 1]
     span = max((r["sent_s"] + r["e2e_s"] for r in rs), default=0.0)
     prompt = sum(r["prompt_tokens"] for r in ok)
     out = {
         "config": result["config"]["name"], "requests": len(rs), "failed": len(rs) - len(ok),
         "ttft_p50_s": percentile(ttft, 0.5), "ttft_p90_s": percentile(ttft, 0.9),
-        "ttft_p99_s": percentile(ttft, 0.99), "tpot_p50_s": percentile(tpot, 0.5),
+        "ttft_p99_s": percentile(ttft, 0.99), "hit_ttft_p50_s": percentile(hit_ttft, 0.5),
+        "tpot_p50_s": percentile(tpot, 0.5),
         "tpot_p90_s": percentile(tpot, 0.9),
         "throughput_tok_s": sum(r["output_tokens"] for r in ok) / span if span else 0.0,
         "requests_per_s": len(ok) / span if span else 0.0,
@@ -75,34 +77,19 @@ def summarize(result: Dict[str, Any], base: Optional[Dict[str, Any]]) -> Dict[st
 
 
 def table(summaries: List[Dict[str, Any]], baseline: str) -> str:
-    head = ("| configuration | requests (failed) | TTFT p50 / p90 / p99 (s) | TPOT p50 (ms) | "
-            "output tok/s | hit rate | vs " + baseline + ": same / near-tie / differ |")
-    lines = [head, "|" + "---|" * 7]
+    head = ("| configuration | requests (failed) | TTFT p50 / p90 / p99 (s) | TTFT p50 of hits (s) "
+            "| TPOT p50 / p90 (ms) | output tok/s | hit rate | vs " + baseline +
+            ": same / near-tie / differ |")
+    lines = [head, "|" + "---|" * 8]
     for s in summaries:
         cmp = s.get("tokens_vs_baseline")
         cmp_s = (f"{cmp['same']} / {cmp['near_ties']} / {cmp['differ']}" if cmp else "—")
         lines.append(
             f"| {s['config']} | {s['requests']} ({s['failed']}) | {s['ttft_p50_s']:.3f} / "
-            f"{s['ttft_p90_s']:.3f} / {s['ttft_p99_s']:.3f} | {s['tpot_p50_s'] * 1000:.1f} | "
+            f"{s['ttft_p90_s']:.3f} / {s['ttft_p99_s']:.3f} | {s['hit_ttft_p50_s']:.3f} | "
+            f"{s['tpot_p50_s'] * 1000:.1f} / {s['tpot_p90_s'] * 1000:.1f} | "
             f"{s['throughput_tok_s']:.1f} | {s['hit_rate']:.1%} | {cmp_s} |")
     return "\n".join(lines) + "\n"
-
-
-def _rate(samples: List[dict], server: str, num: str, den: str) -> tuple:
-    """(times, windowed ratio of two counters' increments) from the scraped samples."""
-    ts, ys, prev = [], [], None
-    for s in samples:
-        m = s.get(server)
-        if not m:
-            continue
-        n = sum(v for k, v in m.items() if k.startswith(num + "{") or k == num)
-        d = sum(v for k, v in m.items() if k.startswith(den + "{") or k == den)
-        if prev is not None and d - prev[1] > 0:
-            ts.append(s["t"])
-            ys.append((n - prev[0]) / (d - prev[1]))
-        if prev is None or d - prev[1] > 0:
-            prev = (n, d)
-    return ts, ys
 
 
 def plots(results: List[Dict[str, Any]], out_dir: Path) -> List[Path]:
@@ -132,21 +119,24 @@ def plots(results: List[Dict[str, Any]], out_dir: Path) -> List[Path]:
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True)
     for res in results:
         name, samples = res["config"]["name"], res.get("samples", [])
-        # vLLM's own hits plus the connector's, over the prompt tokens asked for.
+        # vLLM's own hits plus the connector's, over the prompt tokens asked for,
+        # since the start of the run (every replica).
         hit_t, hit_y = [], []
-        prev = None
+        base = None
         for s in samples:
-            m = s.get("vllm0")
-            if not m:
+            ms = [m for k, m in s.items() if k.startswith("vllm") and m]
+            if not ms:
                 continue
-            hits = sum(v for k, v in m.items() if k.startswith(("vllm:prefix_cache_hits_total",
-                                                                 "vllm:external_prefix_cache_hits_total")))
-            q = sum(v for k, v in m.items() if k.startswith("vllm:prefix_cache_queries_total"))
-            if prev is not None and q - prev[1] > 0:
+            hits = sum(v for m in ms for k, v in m.items()
+                       if k.startswith(("vllm:prefix_cache_hits_total",
+                                        "vllm:external_prefix_cache_hits_total")))
+            q = sum(v for m in ms for k, v in m.items()
+                    if k.startswith("vllm:prefix_cache_queries_total"))
+            if base is None:
+                base = (hits, q)
+            if q - base[1] > 0:
                 hit_t.append(s["t"])
-                hit_y.append(min(1.0, (hits - prev[0]) / (q - prev[1])))
-            if prev is None or q - prev[1] > 0:
-                prev = (hits, q)
+                hit_y.append(min(1.0, (hits - base[0]) / (q - base[1])))
         if hit_t:
             a1.plot(hit_t, hit_y, label=name, lw=1)
         for tier in ("host", "ssd"):
@@ -160,7 +150,7 @@ def plots(results: List[Dict[str, Any]], out_dir: Path) -> List[Path]:
                         ys.append(v / 2**20)
             if ts and max(ys) > 0:
                 a2.plot(ts, ys, label=f"{name}: {tier}", lw=1)
-    a1.set_ylabel("prefix hit rate (per second)")
+    a1.set_ylabel("prompt tokens cached, so far")
     a1.set_ylim(0, 1.05)
     a1.grid(True, alpha=0.3)
     a1.legend(fontsize=7)
