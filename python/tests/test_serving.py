@@ -52,3 +52,19 @@ def test_faults_while_serving_lose_no_request_and_change_no_token(tmp_path, monk
     assert after, "no request after the restart"
     assert sum(r["cached_tokens"] for r in after) > 0
     assert kv["hit_rate"] > base["hit_rate"]
+
+    # vLLM's per-source counter names kvtier's tiers (host, disk), never
+    # "external_unspecified"; kvtierd counts the same hits per namespace.
+    vllm_last = [s["vllm0"] for s in res["samples"] if s.get("vllm0")][-1]
+
+    def source(name: str) -> float:
+        return sum(v for k, v in vllm_last.items()
+                   if k.startswith("vllm:prompt_tokens_cached_by_source_total")
+                   and f'source="{name}"' in k)
+
+    assert source("host") + source("disk") > 0, vllm_last
+    assert source("external_unspecified") == 0
+    ns_hits = [sum(v for k, v in s["kvtierd"].items()
+                   if k.startswith("kvtier_namespace_hit_tokens_total"))
+               for s in res["samples"] if s.get("kvtierd")]
+    assert max(ns_hits) > 0
