@@ -14,7 +14,8 @@ once landed in the middle of it.
                                              "cached": n, "elapsed_s": t}
     {"wait_committed": n, "socket": s}   -> {"committed": m}   (kvtierd's committed
                                              blocks reach n: the asynchronous stores landed)
-    {"reset_prefix_cache": true}         -> {"reset": ok}  (empties vLLM's own prefix cache)
+    {"reset_prefix_cache": true}         -> {"reset": ok}  (empties vLLM's own prefix cache,
+                                             once the last request's blocks are freed)
 
 vLLM's engine core runs in processes of its own, hence a script with a main
 guard rather than code in the test process.
@@ -90,7 +91,14 @@ def main() -> None:
     for line in sys.stdin:
         cmd = json.loads(line)
         if "reset_prefix_cache" in cmd:
-            reply({"reset": llm.reset_prefix_cache()})
+            # vLLM refuses while a finished request's blocks are still held (its
+            # store into kvtierd not yet reported done); they are freed soon after.
+            deadline = time.monotonic() + 30
+            reset = llm.reset_prefix_cache()
+            while not reset and time.monotonic() < deadline:
+                time.sleep(0.05)
+                reset = llm.reset_prefix_cache()
+            reply({"reset": reset})
             continue
         if "wait_committed" in cmd:
             deadline = time.monotonic() + 60
