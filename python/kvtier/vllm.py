@@ -374,6 +374,15 @@ class KvtierConnector(KVConnectorBase_V1):
         self.conn = _Connection(self.model_id, self.layout, self.settings,
                                 "vllm-worker" if is_worker else "vllm-scheduler",
                                 map_arenas=is_worker)
+        # The loader and saver threads talk to kvtierd on sessions of their own: a
+        # client serves one call at a time, and an acquire waiting for the SSD must
+        # not hold up the forward's loads or the stores.
+        self.load_conn = self.save_conn = self.conn
+        if is_worker:
+            self.load_conn = _Connection(self.model_id, self.layout, self.settings,
+                                         "vllm-worker-load", map_arenas=True)
+            self.save_conn = _Connection(self.model_id, self.layout, self.settings,
+                                         "vllm-worker-save", map_arenas=True)
         # Scheduler state.
         self._requests: dict[str, "Request"] = {}  # accepted and not finished
         self._hits: dict[str, int] = {}  # request -> kvtier blocks cached at lookup
@@ -382,6 +391,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._local: dict[str, int] = {}  # request -> tokens of vLLM's own hit at lookup
         self._prompt_stored: dict[str, int] = {}  # request -> its prompt's blocks, at prefill end
         self._prompt_issued: set[str] = set()  # requests with a store of the prompt issued
+        self._loading: set[str] = set()  # asynchronous loads not yet reported done
+        self._async_tried: set[str] = set()  # had one: a second lookup means it failed
         self._loads: dict[str, _Load] = {}
         self._saves: list[_Save] = []
         # Worker state.
@@ -425,7 +436,9 @@ class KvtierConnector(KVConnectorBase_V1):
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
         usable = self._usable(request)
-        if len(usable) <= num_computed_tokens:
+        if len(usable) <= num_computed_tokens or request.request_id in self._async_tried:
+            # (A request asked again after an asynchronous load had its load fail, or
+            # was preempted: it recomputes rather than try the same blocks again.)
             self._hits.pop(request.request_id, None)
             return 0, False
         found = self._call("lookup", lambda c: c.lookup(c.block_keys(usable)))
@@ -479,12 +492,24 @@ class KvtierConnector(KVConnectorBase_V1):
         end = computed + num_external_tokens
         self.counters["hit_tokens"] += num_external_tokens
         self.counters["async_loads"] += asynchronous
+        if asynchronous:
+            self._loading.add(request.request_id)
+            self._async_tried.add(request.request_id)
         self._loads[request.request_id] = _Load(
             req_id=request.request_id, token_ids=list((request.prompt_token_ids or [])[:end]),
             first_token=computed, block_ids=list(blocks.get_block_ids()[0]),
             asynchronous=asynchronous)
 
+    def update_connector_output(self, connector_output: Any) -> None:
+        for req_id in getattr(connector_output, "finished_recving", None) or ():
+            self._loading.discard(req_id)
+
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
+        for req_id in scheduler_output.preempted_req_ids or ():
+            # Its stores finished before its blocks moved on (handle_preemptions); when
+            # it runs again its prompt is stored again at the end of that prefill.
+            self._prompt_issued.discard(req_id)
+            self._prompt_stored.pop(req_id, None)
         if self.settings.store_prompt:
             self._store_prompts(scheduler_output)
         meta = KvtierConnectorMetadata(
@@ -527,6 +552,13 @@ class KvtierConnector(KVConnectorBase_V1):
         stored = self._prompt_stored.pop(req_id, 0)
         for d in (self._requests, self._tiers, self._async, self._local, self._loads):
             d.pop(req_id, None)
+        self._async_tried.discard(req_id)
+        if req_id in self._loading:
+            # Aborted while its asynchronous load runs: vLLM holds the blocks until
+            # the load is reported; a store now would be a second release of them.
+            self._loading.discard(req_id)
+            self._prompt_issued.discard(req_id)
+            return False, None
         # Tokens whose K and V are in vLLM's blocks: all but the last sampled one.
         computed = min(request.num_computed_tokens, len(block_ids) * self.vllm_block)
         full = computed // self.block_tokens
@@ -605,7 +637,7 @@ class KvtierConnector(KVConnectorBase_V1):
         come from kvtierd (which reads them up from the SSD or the remote tier) into
         its vLLM blocks, every layer; then get_finished reports it loaded."""
         try:
-            staged = self._load(load)
+            staged = self._load(load, self.load_conn)
             if staged is not None:
                 for layer, dst in enumerate(self._layers):
                     self._copy_staged(staged, layer, dst)
@@ -618,7 +650,7 @@ class KvtierConnector(KVConnectorBase_V1):
             with self._lock:
                 self._loaded.add(load.req_id)
 
-    def _load(self, load: _Load) -> Optional[_Staged]:
+    def _load(self, load: _Load, conn: Optional[_Connection] = None) -> Optional[_Staged]:
         """Acquires a request's kvtier blocks and stages their bytes (one copy out of the arena)."""
         T, r, bs = self.block_tokens, self.ratio, self.vllm_block
         first_kb = load.first_token // T
@@ -637,7 +669,7 @@ class KvtierConnector(KVConnectorBase_V1):
                 src = torch.stack([torch.from_dlpack(lease[i]) for i in range(n)])
             return src.view(dtype).view(n, L, 2, r, bs, H, D).to(device, non_blocking=True)
 
-        src = self._call("load", stage)
+        src = self._call("load", stage, conn)
         n = 0 if src is None else src.shape[0]
         got = [v for v in want if v < (first_kb + n) * r]
         failed = [load.block_ids[v] for v in want[len(got):]]
@@ -673,24 +705,25 @@ class KvtierConnector(KVConnectorBase_V1):
         part = st.src[:, layer].transpose(1, 2).reshape(n * r, 2, bs, H, D)[st.skip:]
         dst[st.ids] = part.unflatten(2, dst.shape[2:4])
 
-    def _call(self, what: str, fn: Any) -> Any:
+    def _call(self, what: str, fn: Any, conn: Optional[_Connection] = None) -> Any:
         """fn(client), or None when kvtierd cannot be reached or the call fails.
 
         A session that broke since its last call (kvtierd restarted) is made
         again once, at once, so the first call after a restart is not lost.
         """
+        conn = conn or self.conn
         for attempt in (0, 1):
-            client = self.conn.get()
+            client = conn.get()
             if client is None:
                 return None
             try:
                 return fn(client)
             except UnavailableError as e:
-                self.conn.failed(what, e)
+                conn.failed(what, e)
                 if attempt == 0:
-                    self.conn.retry_now()
+                    conn.retry_now()
             except Error as e:
-                self.conn.failed(what, e)
+                conn.failed(what, e)
                 return None
         return None
 
@@ -719,10 +752,20 @@ class KvtierConnector(KVConnectorBase_V1):
         self._staged = []
         meta = self._get_connector_metadata()
         assert isinstance(meta, KvtierConnectorMetadata)
+        with self._lock:
+            failed = set(self._load_errors)  # this step's: vLLM reads them after this
         for save in meta.saves:
             assert self._saver is not None
-            future = self._saver.submit(self._save, save)
-            with self._lock:
+            bad = [i for i, b in enumerate(save.block_ids) if b in failed]
+            if bad:
+                # A block whose load failed this step holds no valid K and V, and every
+                # block after it was computed over it: store only what comes before
+                # (vLLM recomputes the rest; the final store brings it in).
+                keep = bad[0] // self.ratio
+                save = _Save(req_id=save.req_id, token_ids=save.token_ids[:keep * self.block_tokens],
+                             block_ids=save.block_ids[:keep * self.ratio], final=save.final)
+            with self._lock:  # registered before the saver can report it
+                future = self._saver.submit(self._save, save)
                 self._in_flight.setdefault(save.req_id, []).append(future)
                 if save.final:  # nothing of the request is read after its final store
                     self._in_flight[save.req_id] = [future]
@@ -743,6 +786,8 @@ class KvtierConnector(KVConnectorBase_V1):
         def store(client: Client) -> int:
             # The whole chain: blocks cached already come back EXISTS, copied by no one.
             keys = client.block_keys(save.token_ids)
+            if not keys:
+                return 0
             with client.allocate(keys, tier=self.settings.tier) as write:
                 to_fill = write.allocated
                 if to_fill:
@@ -755,7 +800,7 @@ class KvtierConnector(KVConnectorBase_V1):
             return len(to_fill)
 
         try:
-            stored = self._call(f"store of request {save.req_id}", store)
+            stored = self._call(f"store of request {save.req_id}", store, self.save_conn)
             if stored is None:
                 self.counters["save_failures"] += 1
             else:
@@ -815,4 +860,5 @@ class KvtierConnector(KVConnectorBase_V1):
                         "stores failed, %d prompts stored at the end of their prefill)",
                         c["loaded_blocks"], c["load_failed_blocks"], c["saved_blocks"],
                         c["save_failures"], c["prompt_stores"])
-        self.conn.close()
+        for conn in {id(c): c for c in (self.conn, self.load_conn, self.save_conn)}.values():
+            conn.close()
