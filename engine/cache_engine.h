@@ -178,8 +178,11 @@ struct TierStats {
 struct NamespaceUse {
   std::string model;
   uint32_t block_tokens = 0;
-  // Blocks acquires found, by the tier they were in before any promotion.
+  // Blocks acquires found, by the tier they were in before any promotion;
+  // those read from the remote tier for an acquire or a hint (into the
+  // host) count under remote_hit_blocks, not under the host.
   std::array<uint64_t, kNumTierKinds> hit_blocks{};
+  uint64_t remote_hit_blocks = 0;
   // Looked-up blocks past the cached run, by why the run ended there: its
   // first missing key was never cached here (or long forgotten), or it was
   // cached and has been dropped (evicted from the last tier, orphaned,
@@ -480,9 +483,10 @@ class CacheEngine {
     bool has_shadow = false;
     bool shadow_pending = false;  // its write is in flight (the block is pinned)
     SlotId shadow = 0;
-    bool hinted = false;      // protected by hints (hints_ has its owners)
-    bool prefetched = false;  // read ahead by a hint (ssd, remote), not acquired since
-    bool in_remote = false;   // written to (or read from) the remote tier: not written again
+    bool hinted = false;       // protected by hints (hints_ has its owners)
+    bool prefetched = false;   // read ahead by a hint (ssd, remote), not acquired since
+    bool in_remote = false;    // written to (or read from) the remote tier: not written again
+    bool from_remote = false;  // read from the remote tier, not acquired since
     // The form of its ssd copy (the block on the ssd, or its shadow).
     Quantize stored = Quantize::kOff;
   };
@@ -661,6 +665,15 @@ class CacheEngine {
   void FetchRemote(NamespaceId ns, Chain chain, size_t from, std::function<void(size_t)> then);
   void ReadRemote(NamespaceId ns, Chain chain, size_t from, size_t count,
                   std::function<void(size_t)> then);
+  // When the leading run of `keys` reaches a host slot being filled from
+  // the remote tier (ReadRemote, for an acquire or a hint's read-ahead),
+  // queues `then` to run once that read is done and returns true; false
+  // (and `then` untouched) otherwise. A lookup or acquire of a chain being
+  // read in waits for it rather than stop short there.
+  bool WaitForRemoteRead(NamespaceId ns, std::span<const BlockKey> keys,
+                         std::function<void()>& then);
+  // Runs the waiters of remote read `read` (an allocation id).
+  void RemoteReadDone(uint64_t read);
   // A hint's read-ahead from the remote tier: fetches what the cluster holds
   // past the chain's local run, then hints those blocks for `owner` too,
   // unless its hints were dropped meanwhile.
@@ -739,6 +752,10 @@ class CacheEngine {
   // Remote read-aheads under way per hinting owner; DropHints forgets the
   // owner, so that what arrives later is not hinted for it.
   std::unordered_map<uint64_t, uint32_t> remote_prefetches_;
+  // Host slots being filled from the remote tier, by the allocation (read)
+  // filling them, and what waits for each read (WaitForRemoteRead).
+  std::unordered_map<EntryId, uint64_t> remote_reading_;
+  std::unordered_map<uint64_t, std::vector<std::function<void()>>> remote_read_waiters_;
   std::unordered_map<uint64_t, uint64_t> hinted_per_owner_;
   EngineStats stats_;  // counters; gauges are filled in by Stats()
 };

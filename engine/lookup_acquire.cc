@@ -42,6 +42,14 @@ Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKe
 
 void CacheEngine::LookupAsync(NamespaceId ns, std::span<const BlockKey> keys,
                               std::function<void(Result<LookupResult>)> done) {
+  if (Status s = CheckNamespace(ns); !s.ok()) return done(s);
+  // Blocks on their way in from the remote tier are found once they are in.
+  if (!remote_reading_.empty()) {
+    std::function<void()> retry = [this, ns,
+                                   chain = std::vector<BlockKey>(keys.begin(), keys.end()),
+                                   done]() mutable { LookupAsync(ns, chain, std::move(done)); };
+    if (WaitForRemoteRead(ns, keys, retry)) return;
+  }
   Result<LookupResult> local = Lookup(ns, keys);
   if (!local) return done(std::move(local));
   // The local run ends on a key not cached here at all: the remote tier,
@@ -74,6 +82,13 @@ void CacheEngine::AcquireAsync(NamespaceId ns, std::span<const BlockKey> keys, T
                                std::function<void(Result<Lease>)> done) {
   if (Status s = CheckNamespace(ns); !s.ok()) return done(s);
   if (Status s = CheckTarget(kind); !s.ok()) return done(s);
+  if (!remote_reading_.empty()) {  // blocks on their way in from the remote tier
+    std::function<void()> retry =
+        [this, ns, chain = std::vector<BlockKey>(keys.begin(), keys.end()), kind, done]() mutable {
+          AcquireAsync(ns, chain, kind, std::move(done));
+        };
+    if (WaitForRemoteRead(ns, keys, retry)) return;
+  }
   // What only the remote tier holds past the local run comes into the host
   // first; then the acquire runs as it does without one.
   if (const std::optional<size_t> from = RemoteStart(ns, keys)) {
@@ -123,10 +138,15 @@ std::vector<EntryId> CacheEngine::PinLeadingRun(NamespaceId ns, std::span<const 
   // Touch the last block first so a chain's head is the most recent: the
   // tail of a prefix goes before the blocks it depends on.
   for (auto it = run.rbegin(); it != run.rend(); ++it) {
-    const Block& b = blocks_[*it];
+    Block& b = blocks_[*it];
     PolicyOf(b.tier).Touch(*it, MetaOf(*it));
     ++stats_.tiers[Index(b.tier)].hits;
-    ++ns_use_[ns].hit_blocks[Index(b.tier)];
+    if (b.from_remote) {
+      ++ns_use_[ns].remote_hit_blocks;
+      b.from_remote = false;
+    } else {
+      ++ns_use_[ns].hit_blocks[Index(b.tier)];
+    }
   }
   return run;
 }

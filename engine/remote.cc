@@ -37,6 +37,27 @@ std::optional<size_t> CacheEngine::RemoteStart(NamespaceId ns,
   return std::nullopt;
 }
 
+bool CacheEngine::WaitForRemoteRead(NamespaceId ns, std::span<const BlockKey> keys,
+                                    std::function<void()>& then) {
+  if (remote_reading_.empty()) return false;
+  for (const BlockKey& key : keys) {
+    const EntryId id = index_.Find(ns, key);
+    if (id == kNoEntry) return false;
+    if (index_.visible(id)) continue;
+    const auto it = remote_reading_.find(id);
+    if (it == remote_reading_.end()) return false;  // a worker's write: not waited for
+    remote_read_waiters_[it->second].push_back(std::move(then));
+    return true;
+  }
+  return false;
+}
+
+void CacheEngine::RemoteReadDone(uint64_t read) {
+  auto node = remote_read_waiters_.extract(read);
+  if (node.empty()) return;
+  for (std::function<void()>& waiter : node.mapped()) waiter();
+}
+
 void CacheEngine::LookupRemote(NamespaceId ns, std::span<const BlockKey> rest, LookupResult local,
                                std::function<void(Result<LookupResult>)> done) {
   auto chain = std::make_shared<std::vector<BlockKey>>(rest.begin(), rest.end());
@@ -122,11 +143,17 @@ void CacheEngine::ReadRemote(NamespaceId ns, Chain chain, size_t from, size_t co
   }
   if (!alloc || allocated == 0) {
     if (alloc) alloc->Abort();
+    // Another read (a hint's, another acquire's) is bringing these blocks
+    // in: done when it is.
+    std::function<void()> after = [then] { then(0); };
+    if (WaitForRemoteRead(ns, std::span(*chain).subspan(from, count), after)) return;
     return then(0);
   }
   auto outs = std::make_shared<std::vector<std::span<std::byte>>>();
   for (size_t i = 0; i < allocated; ++i) outs->push_back(alloc->Bytes(i));
   auto pending = std::make_shared<Allocation>(std::move(*alloc));
+  const uint64_t read_id = pending->id();
+  for (EntryId e : allocations_.at(read_id).pending) remote_reading_[e] = read_id;
   auto read = std::make_shared<size_t>(0);
   auto restored = std::make_shared<Status>();
   auto callback = std::make_shared<std::function<void(size_t)>>(std::move(then));
@@ -154,9 +181,10 @@ void CacheEngine::ReadRemote(NamespaceId ns, Chain chain, size_t from, size_t co
         }
         return Status::Ok();
       },
-      [this, ns, pending, read, restored, callback](const Status&) {
+      [this, ns, pending, read, restored, callback, read_id](const Status&) {
         // Keep what was read and verified; the rest of the slots go back.
         AllocationRecord& rec = allocations_.at(pending->id());
+        for (EntryId e : rec.pending) remote_reading_.erase(e);
         for (size_t i = rec.pending.size(); i-- > *read;) {
           const EntryId p = rec.pending[i];
           LeaveTier(p);
@@ -165,7 +193,10 @@ void CacheEngine::ReadRemote(NamespaceId ns, Chain chain, size_t from, size_t co
           --pending_blocks_;
         }
         rec.pending.resize(*read);
-        for (EntryId e : rec.pending) blocks_[e].in_remote = true;
+        for (EntryId e : rec.pending) {
+          blocks_[e].in_remote = true;
+          blocks_[e].from_remote = true;  // its first acquire is a remote hit
+        }
         if (!restored->ok()) {
           ++stats_.checksum_failures;
           LogLimited(checksum_log_,
@@ -184,10 +215,13 @@ void CacheEngine::ReadRemote(NamespaceId ns, Chain chain, size_t from, size_t co
           pending->Commit().IgnoreError();  // an open allocation commits
         }
         (*callback)(*read);
+        RemoteReadDone(read_id);
       });
   if (!queued) {
+    for (EntryId e : allocations_.at(read_id).pending) remote_reading_.erase(e);
     pending->Abort();
     (*callback)(0);
+    RemoteReadDone(read_id);
   }
 }
 

@@ -132,6 +132,17 @@ TEST_F(RemoteEngineTest, WriteBackPublishesWhatLeavesTheHostAndAnotherNodeReadsI
   const LookupResult local = LookUp(*c, keys);
   EXPECT_EQ(local.tiers, std::vector<TierKind>(4, TierKind::kHost));
   EXPECT_EQ(c->engine->Stats().remote_fetched_blocks, 4u);
+  // The namespace's hits name the tier that supplied them: the cluster, not
+  // the host the blocks were read into; a second acquire finds them in the host.
+  const EngineStats first = c->engine->Stats();
+  const NamespaceUse& use = first.namespace_use.at(c->ns);
+  EXPECT_EQ(use.remote_hit_blocks, 4u);
+  EXPECT_EQ(use.hit_blocks[static_cast<size_t>(TierKind::kHost)], 0u);
+  EXPECT_EQ(AcquireChecked(*c, keys), 4u);
+  const EngineStats second = c->engine->Stats();
+  const NamespaceUse& again = second.namespace_use.at(c->ns);
+  EXPECT_EQ(again.remote_hit_blocks, 4u);
+  EXPECT_EQ(again.hit_blocks[static_cast<size_t>(TierKind::kHost)], 4u);
   EXPECT_TRUE(c->engine->CheckInvariants().ok());
 }
 
@@ -202,6 +213,9 @@ TEST_F(RemoteEngineTest, AHintReadsAheadWhatOnlyTheClusterHoldsAndProtectsIt) {
   EXPECT_EQ(st.remote_fetched_blocks, 4u);  // nothing read twice
   EXPECT_EQ(st.prefetched_used, 4u);
   EXPECT_EQ(st.hints_used, 6u);
+  // Read ahead from the cluster, they count as remote hits; B's own two as host.
+  EXPECT_EQ(st.namespace_use.at(b->ns).remote_hit_blocks, 4u);
+  EXPECT_EQ(st.namespace_use.at(b->ns).hit_blocks[static_cast<size_t>(TierKind::kHost)], 2u);
   EXPECT_EQ(b->engine->hinted_by(kOwner), 0u);
   EXPECT_TRUE(b->engine->CheckInvariants().ok());
 
@@ -212,6 +226,41 @@ TEST_F(RemoteEngineTest, AHintReadsAheadWhatOnlyTheClusterHoldsAndProtectsIt) {
   c->Settle();
   EXPECT_EQ(c->engine->Stats().remote_fetched_blocks, 6u);
   EXPECT_EQ(c->engine->hinted_by(kOwner), 0u);
+  EXPECT_TRUE(c->engine->CheckInvariants().ok());
+}
+
+TEST_F(RemoteEngineTest, ALookupOrAcquireMeetingAReadAheadWaitsForItInsteadOfStoppingShort) {
+  auto a = MakeNode(16, /*write_through=*/true);
+  const std::vector<BlockKey> keys = Chain(10, 6);
+  ASSERT_EQ(Write(*a, keys), 6u);
+  const TimeNs until = std::numeric_limits<TimeNs>::max() / 2;
+
+  // The request's hint has its blocks' host slots reserved and their read
+  // queued when the request's lookup and acquire come (vLLM's scheduler
+  // hints a request as it arrives and looks it up a moment later).
+  auto b = MakeNode(16);
+  ASSERT_TRUE(b->engine->Hint(1, b->ns, keys, until).ok());
+  ASSERT_TRUE(b->remote_io.RunOne());  // how many the cluster holds: 6; the read is queued
+  std::optional<LookupResult> found;
+  b->engine->LookupAsync(b->ns, keys, [&](Result<LookupResult> r) {
+    ASSERT_TRUE(r.ok());
+    found = *r;
+  });
+  EXPECT_FALSE(found.has_value());  // waits for the read
+  EXPECT_EQ(AcquireChecked(*b, keys), 6u);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->hits, 6u);
+  EXPECT_EQ(b->engine->Stats().remote_fetched_blocks, 6u);  // read once, for both
+  EXPECT_EQ(b->engine->Stats().namespace_use.at(b->ns).remote_hit_blocks, 6u);
+  EXPECT_TRUE(b->engine->CheckInvariants().ok());
+
+  // An acquire that starts its own fetch while the hint's is asking the
+  // cluster: the later of the two reads finds the slots taken and waits for
+  // the other's blocks.
+  auto c = MakeNode(16);
+  ASSERT_TRUE(c->engine->Hint(1, c->ns, keys, until).ok());
+  EXPECT_EQ(AcquireChecked(*c, keys), 6u);
+  EXPECT_EQ(c->engine->Stats().remote_fetched_blocks, 6u);
   EXPECT_TRUE(c->engine->CheckInvariants().ok());
 }
 
