@@ -207,7 +207,8 @@ KVTIER_METRICS = ("kvtier_lookup_hit_blocks_total", "kvtier_acquire_hit_blocks_t
                   "kvtier_acquired_blocks_total", "kvtier_prefix_tokens_saved_total",
                   "kvtier_lookup_blocks_total", "kvtier_evictions_total",
                   "kvtier_checksum_failures_total", "kvtier_io_errors_total",
-                  "kvtier_namespace_", "kvtier_promotions_total", "kvtier_demotions_total")
+                  "kvtier_namespace_", "kvtier_promotions_total", "kvtier_demotions_total",
+                  "kvtier_remote_", "kvtier_prefetched_blocks_total")
 
 
 class Scraper:

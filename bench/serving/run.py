@@ -21,6 +21,9 @@ Configurations (``--configs``, comma-separated, in the order run):
   over an SSD tier (``--ssd``). ``kvtier-ssd-sync``: the same with SSD hits
   loaded inside the step (``load_async: never``), and ``kvtier-ssd-nohints``
   without hints: what asynchronous loads and hints are worth.
+- ``kvtier-remote``: host tier smaller than the working set (``--small-host``)
+  over a remote tier, a Redis Cluster this harness starts (3 masters with a
+  replica each, redis_cluster.py); no SSD.
 - ``vllm-2x-rr``, ``vllm-2x-affine``, ``kvtier-2x-rr``, ``kvtier-2x-affine``:
   two vLLM replicas (one core each) behind the harness's router, round robin
   or prefix-affine (a session always to the same replica), without or with one
@@ -32,7 +35,9 @@ Configurations (``--configs``, comma-separated, in the order run):
 
 ``--faults`` (kvtier configurations): ``restart@S`` kills kvtierd with SIGKILL
 S seconds into the load and starts it again (repeatable), ``ssd-read-errors=F``
-fails that fraction of kvtierd's SSD reads (its test-only fault setting).
+fails that fraction of kvtierd's SSD reads (its test-only fault setting),
+``redis-kill@S`` (kvtier-remote) SIGKILLs the Redis master holding the most
+keys S seconds in (its replica is promoted; what it had not replicated is lost).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from typing import Any, Dict, List, Optional
 from . import model as models
 from . import report, traces
 from .loadgen import Router, Scraper, result_dicts, run_load
+from .redis_cluster import RedisCluster, remote_args
 from .servers import Kvtierd, VllmServer, kvtier_connector, offloading_connector
 
 BLOCK = 128  # vLLM's block size on the CPU, and kvtier's block here
@@ -69,6 +75,7 @@ class Config:
     extra: Dict[str, Any] = field(default_factory=dict)  # kv_connector_extra_config
     host: Optional[str] = None  # kvtierd's host tier
     ssd: Optional[str] = None  # kvtierd's SSD tier
+    remote: bool = False  # kvtierd's remote tier, on a Redis Cluster of the run's own
     kv_blocks: int = 0
     faults: List[str] = field(default_factory=list)
 
@@ -87,6 +94,8 @@ def configs(names: List[str], a: argparse.Namespace) -> List[Config]:
             c.host = a.host
             if n.startswith("kvtier-ssd"):
                 c.host, c.ssd = a.small_host, a.ssd
+            if n.startswith("kvtier-remote"):
+                c.host, c.remote = a.small_host, True
             if n.endswith("-sync"):  # SSD hits loaded inside the step, as before
                 c.extra["load_async"] = "never"
             if n.endswith("-nohints"):
@@ -134,21 +143,37 @@ def warm_up(urls: List[str], model: str, vocab: int) -> None:
             r.read()
 
 
-def fault_thread(cfg: Config, daemon: Optional[Kvtierd], events: List[dict],
-                 t0: float, stop: threading.Event) -> Optional[threading.Thread]:
-    restarts = sorted(float(f.split("@", 1)[1]) for f in cfg.faults if f.startswith("restart@"))
-    if not restarts or daemon is None:
+def fault_thread(cfg: Config, daemon: Optional[Kvtierd], redis: Optional[RedisCluster],
+                 events: List[dict], t0: float,
+                 stop: threading.Event) -> Optional[threading.Thread]:
+    timed = []  # (seconds in, what)
+    for f in cfg.faults:
+        if f.startswith("restart@") and daemon is not None:
+            timed.append((float(f.split("@", 1)[1]), "restart"))
+        elif f.startswith("redis-kill@") and redis is not None:
+            timed.append((float(f.split("@", 1)[1]), "redis-kill"))
+    if not timed:
         return None
 
     def run() -> None:
-        for at in restarts:
+        for at, what in sorted(timed):
             if stop.wait(max(0.0, at - (time.monotonic() - t0))):
                 return
-            took = daemon.kill9_and_restart()
-            events.append({"t": time.monotonic() - t0, "fault": "kvtierd SIGKILL + restart",
-                           "back_after_s": took})
-            print(f"  [{cfg.name}] kvtierd killed (SIGKILL) and restarted: serving again "
-                  f"after {took:.2f} s", flush=True)
+            t = time.monotonic() - t0
+            if what == "restart":
+                assert daemon is not None
+                took = daemon.kill9_and_restart()
+                events.append({"t": t, "fault": "kvtierd SIGKILL + restart",
+                               "back_after_s": took})
+                print(f"  [{cfg.name}] kvtierd killed (SIGKILL) and restarted: serving again "
+                      f"after {took:.2f} s", flush=True)
+            else:
+                assert redis is not None
+                r = redis.kill_a_master()
+                events.append({"t": t, "fault": "Redis master SIGKILL", **r})
+                print(f"  [{cfg.name}] Redis master :{r['port']} killed (SIGKILL) with "
+                      f"{r['keys_on_it']} keys; cluster healthy again after "
+                      f"{r['healthy_after_s']:.2f} s", flush=True)
 
     th = threading.Thread(target=run, daemon=True)
     th.start()
@@ -161,10 +186,14 @@ def run_config(cfg: Config, reqs: List[traces.Request], a: argparse.Namespace,
     work.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         daemon = None
+        redis = None
         if cfg.connector == "kvtier":
             extra = []
+            if cfg.remote:
+                redis = stack.enter_context(RedisCluster(work / "redis"))
+                extra += remote_args(redis, work)
             for f in cfg.faults:
-                if f.startswith("ssd-read-errors="):
+                if f.startswith("ssd-read-errors=") and cfg.ssd:
                     extra += ["--ssd-fault-read-errors", f.split("=", 1)[1]]
             daemon = Kvtierd(work, host=cfg.host or "1GiB", ssd=cfg.ssd, extra=extra)
             stack.enter_context(daemon)
@@ -194,7 +223,7 @@ def run_config(cfg: Config, reqs: List[traces.Request], a: argparse.Namespace,
         stop = threading.Event()
         with Scraper(urls, daemon.metrics_url if daemon else None) as scraper:
             t0 = time.monotonic()
-            th = fault_thread(cfg, daemon, events, t0, stop)
+            th = fault_thread(cfg, daemon, redis, events, t0, stop)
             t_start = time.perf_counter()
             results = asyncio.run(run_load(reqs, urls, str(model_dir),
                                            Router(urls, cfg.routing), a.concurrency,
@@ -235,7 +264,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--ssd", default="4GiB", help="kvtier-ssd's SSD tier")
     p.add_argument("--offload-gib", type=float, default=2.0,
                    help="the CPU bytes of vllm-offload and lmcache")
-    p.add_argument("--faults", default="", help="restart@S,...,ssd-read-errors=F")
+    p.add_argument("--faults", default="",
+                   help="restart@S,...,ssd-read-errors=F,redis-kill@S")
     p.add_argument("--max-output", type=int, default=32)
     a = p.parse_args(argv)
     a.faults = [f for f in a.faults.split(",") if f]

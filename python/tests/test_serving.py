@@ -1,6 +1,7 @@
 """Serving under faults: `vllm serve` with kvtier.vllm, started as the README
 writes it, on the recorded Mooncake trace, while kvtierd is killed with SIGKILL
-and restarted and a share of its SSD reads fail.
+and restarted, a share of its SSD reads fail, and (with a remote tier) a Redis
+Cluster master is killed.
 
 The harness is bench/serving's (the benchmark's own servers, load generator
 and token comparison), on the tests' tiny model and a few dozen requests:
@@ -29,10 +30,10 @@ def test_faults_while_serving_lose_no_request_and_change_no_token(tmp_path, monk
     out = tmp_path / "serving"
     assert serving.main([
         "--out", str(out), "--model", "tiny", "--trace", "mooncake", "--requests", "36",
-        "--time-scale", "0.05", "--configs", "vllm,kvtier-ssd", "--small-host", "8MiB",
-        "--ssd", "256MiB", "--faults", "restart@15,ssd-read-errors=0.05"]) == 0
+        "--time-scale", "0.05", "--configs", "vllm,kvtier-ssd,kvtier-remote", "--small-host",
+        "8MiB", "--ssd", "256MiB", "--faults", "restart@15,ssd-read-errors=0.05,redis-kill@25"]) == 0
     summary = {s["config"]: s for s in json.loads((out / "summary.json").read_text())}
-    assert set(summary) == {"vllm", "kvtier-ssd"}, (out / "table.md").read_text()
+    assert set(summary) == {"vllm", "kvtier-ssd", "kvtier-remote"}, (out / "table.md").read_text()
     base, kv = summary["vllm"], summary["kvtier-ssd"]
     assert base["failed"] == 0 and kv["failed"] == 0, (out / "table.md").read_text()
     assert base["requests"] == kv["requests"] >= 24  # whole sessions, up to 36 requests
@@ -68,3 +69,22 @@ def test_faults_while_serving_lose_no_request_and_change_no_token(tmp_path, monk
                    if k.startswith("kvtier_namespace_hit_tokens_total"))
                for s in res["samples"] if s.get("kvtierd")]
     assert max(ns_hits) > 0
+
+    # With the remote tier: kvtierd killed and restarted (its host tier gone,
+    # the cluster keeps what was written back), then the Redis master holding
+    # most keys killed; every request completes with the baseline's tokens.
+    rm = summary["kvtier-remote"]
+    assert rm["failed"] == 0 and rm["requests"] == base["requests"]
+    cmp = rm["tokens_vs_baseline"]
+    assert cmp["differ"] == 0 and cmp["not_compared"] == 0, cmp
+    res = json.loads(next(out.glob("config-*-kvtier-remote.json")).read_text())
+    assert res["restarts"] == 1
+    kills = [e for e in res["events"] if e["fault"] == "Redis master SIGKILL"]
+    assert len(kills) == 1 and kills[0]["keys_on_it"] > 0, res["events"]
+    last = [s["kvtierd"] for s in res["samples"] if s.get("kvtierd")][-1]
+    remote_hits = sum(v for k, v in last.items()
+                      if k.startswith("kvtier_namespace_hit_tokens_total") and 'tier="remote"' in k)
+    assert remote_hits > 0, last  # counted since the restart: the cluster served it
+    after = [r for r in res["results"] if r["sent_s"] > kills[0]["t"] + kills[0]["took_s"]]
+    assert after and sum(r["cached_tokens"] for r in after) > 0
+    assert rm["hit_rate"] > base["hit_rate"]
