@@ -224,15 +224,22 @@ def _namespace(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     groups, a KV dtype kvtier has no layout for).
     """
     from vllm.platforms import current_platform
-    from vllm.v1.kv_cache_interface import AttentionSpec
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     from . import Layout
 
     groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1 or not isinstance(groups[0].kv_cache_spec, AttentionSpec):
-        raise ValueError("kvtier.vllm handles models with one KV cache group of attention "
-                         f"layers; this one has {len(groups)} group(s)")
+    if len(groups) != 1:
+        raise ValueError("kvtier.vllm handles models with one KV cache group of full-attention "
+                         f"layers; this one has {len(groups)} groups "
+                         f"({', '.join(type(g.kv_cache_spec).__name__ for g in groups)})")
     spec = groups[0].kv_cache_spec
+    # Exactly full attention with a K and a V per head: MLA's latent cache has
+    # no K/V split, and a sliding window's blocks outside it are freed (their
+    # bytes are not the prompt's): storing either would serve wrong blocks.
+    if type(spec) is not FullAttentionSpec:
+        raise ValueError("kvtier.vllm handles full-attention KV caches (FullAttentionSpec), "
+                         f"not {type(spec).__name__}")
     if spec.dtype not in _DTYPES:
         raise ValueError(f"kvtier.vllm stores fp16, bf16 or fp32 KV caches, not {spec.dtype}")
     block_tokens = settings.block_tokens or spec.block_size
@@ -411,6 +418,11 @@ class KvtierConnector(KVConnectorBase_V1):
         self.counters = {"lookups": 0, "hit_tokens": 0, "hinted_requests": 0,
                          "async_loads": 0, "loaded_blocks": 0, "load_failed_blocks": 0,
                          "saved_blocks": 0, "prompt_stores": 0, "save_failures": 0}
+        self._counters_lock = threading.Lock()  # counted from vLLM's and our own threads
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._counters_lock:
+            self.counters[name] += int(n)
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -431,7 +443,7 @@ class KvtierConnector(KVConnectorBase_V1):
             return
         tokens = self._usable(request)
         if tokens and self._call("hint", lambda c: c.hint(c.block_keys(tokens))) is not None:
-            self.counters["hinted_requests"] += 1
+            self._count("hinted_requests", 1)
 
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
@@ -444,7 +456,7 @@ class KvtierConnector(KVConnectorBase_V1):
         found = self._call("lookup", lambda c: c.lookup(c.block_keys(usable)))
         if found is None:
             return 0, False
-        self.counters["lookups"] += 1
+        self._count("lookups", 1)
         hits = found.hits
         tiers = list(found.tiers)
         self._hits[request.request_id] = hits
@@ -490,8 +502,8 @@ class KvtierConnector(KVConnectorBase_V1):
         if num_external_tokens <= 0:
             return
         end = computed + num_external_tokens
-        self.counters["hit_tokens"] += num_external_tokens
-        self.counters["async_loads"] += asynchronous
+        self._count("hit_tokens", num_external_tokens)
+        self._count("async_loads", asynchronous)
         if asynchronous:
             self._loading.add(request.request_id)
             self._async_tried.add(request.request_id)
@@ -543,7 +555,7 @@ class KvtierConnector(KVConnectorBase_V1):
             self._saves.append(_Save(req_id=req_id, token_ids=list(prompt[:full * self.block_tokens]),
                                      block_ids=list(ids[0][:full * self.ratio]), final=False))
             self._prompt_issued.add(req_id)
-            self.counters["prompt_stores"] += 1
+            self._count("prompt_stores", 1)
 
     def request_finished(self, request: "Request",
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
@@ -673,9 +685,9 @@ class KvtierConnector(KVConnectorBase_V1):
         n = 0 if src is None else src.shape[0]
         got = [v for v in want if v < (first_kb + n) * r]
         failed = [load.block_ids[v] for v in want[len(got):]]
-        self.counters["loaded_blocks"] += len(got)
+        self._count("loaded_blocks", len(got))
         if failed:
-            self.counters["load_failed_blocks"] += len(failed)
+            self._count("load_failed_blocks", len(failed))
             logger.warning("kvtier: request %s: %d of %d blocks not loaded from kvtierd; vLLM "
                            "recomputes them", load.req_id, len(failed), len(want))
             with self._lock:
@@ -802,11 +814,11 @@ class KvtierConnector(KVConnectorBase_V1):
         try:
             stored = self._call(f"store of request {save.req_id}", store, self.save_conn)
             if stored is None:
-                self.counters["save_failures"] += 1
+                self._count("save_failures", 1)
             else:
-                self.counters["saved_blocks"] += stored
+                self._count("saved_blocks", stored)
         except Exception:  # never leave vLLM waiting for blocks to be freed
-            self.counters["save_failures"] += 1
+            self._count("save_failures", 1)
             logger.exception("kvtier: store of request %s failed", save.req_id)
         finally:
             with self._lock:
@@ -814,7 +826,7 @@ class KvtierConnector(KVConnectorBase_V1):
                     self._saved.add(save.req_id)
                     self._in_flight.pop(save.req_id, None)
                 else:
-                    self.counters["prompt_stores"] += 1
+                    self._count("prompt_stores", 1)
 
     def _copy_out(self, write: Any, to_fill: list[int], save: _Save) -> None:
         """Gathers the blocks of the slots to fill, one index per layer, then one copy per slot."""

@@ -167,3 +167,28 @@ def test_bad_settings_are_refused_clearly(start_daemon, model_dir, tmp_path) -> 
     s = Settings.from_extra_config({"socket": "/s", "salt": "t", "tier": "device",
                                     "retention_priority": 80, "block_tokens": 256})
     assert (s.socket, s.salt, s.retention_priority, s.block_tokens) == ("/s", "t", 80, 256)
+
+
+def test_kv_caches_it_cannot_store_exactly_are_refused_at_start() -> None:
+    """MLA's latent cache (no K/V split), a sliding window (blocks outside it
+    are freed and reused) and several KV cache groups are refused with the
+    spec's name, never stored in a layout that would serve wrong blocks."""
+    import types
+
+    import torch
+    from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheGroupSpec,
+                                            MLAAttentionSpec, SlidingWindowSpec)
+
+    from kvtier.vllm import Settings, _namespace
+
+    settings = Settings.from_extra_config({"socket": "/s"})
+    mla = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.float16)
+    window = SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float16,
+                               sliding_window=128)
+    full = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float16)
+    for specs, message in (([mla], "not MLAAttentionSpec"), ([window], "not SlidingWindowSpec"),
+                           ([full, window], "2 groups")):
+        config = types.SimpleNamespace(
+            kv_cache_groups=[KVCacheGroupSpec([f"l{i}"], s) for i, s in enumerate(specs)])
+        with pytest.raises(ValueError, match=message):
+            _namespace(None, config, settings, 0, 0)
