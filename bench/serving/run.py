@@ -275,6 +275,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ws_blocks = ws // BLOCK
     if not a.kv_blocks:
         a.kv_blocks = max(80, ws_blocks // 4)
+    # vLLM refuses a KV cache that cannot hold one request of its max length
+    # (8,192 tokens here) and a block more.
+    min_blocks = 8192 // BLOCK + 1
+    if a.kv_blocks < min_blocks:
+        raise SystemExit(f"--kv-blocks {a.kv_blocks}: vLLM needs at least {min_blocks} blocks "
+                         f"(one 8,192-token request and a block more)")
     if not a.big_kv_blocks:
         a.big_kv_blocks = int(ws_blocks * 1.25) + 64
     ws_bytes = ws * KV_BYTES_PER_TOKEN[a.model]
