@@ -260,7 +260,9 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
                                       u.hit_blocks[static_cast<size_t>(t.kind)] * u.block_tokens);
                    }
                    if (e.remote_present) {
-                     out.emplace_back("remote", u.remote_hit_blocks * u.block_tokens);
+                     out.emplace_back("remote",
+                                      u.hit_blocks[static_cast<size_t>(tiers::TierKind::kRemote)] *
+                                          u.block_tokens);
                    }
                    return out;
                  });
@@ -518,7 +520,10 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
       add(p + "hit_tokens." + std::string(tiers::TierKindName(t.kind)),
           u.hit_blocks[static_cast<size_t>(t.kind)] * u.block_tokens);
     }
-    if (st.remote_present) add(p + "hit_tokens.remote", u.remote_hit_blocks * u.block_tokens);
+    if (st.remote_present) {
+      add(p + "hit_tokens.remote",
+          u.hit_blocks[static_cast<size_t>(tiers::TierKind::kRemote)] * u.block_tokens);
+    }
     add(p + "missed_tokens.never_stored", u.missed_never_stored * u.block_tokens);
     add(p + "missed_tokens.evicted", u.missed_evicted * u.block_tokens);
     add(p + "missed_tokens.failed_load", u.failed_loads * u.block_tokens);

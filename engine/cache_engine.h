@@ -178,11 +178,10 @@ struct TierStats {
 struct NamespaceUse {
   std::string model;
   uint32_t block_tokens = 0;
-  // Blocks acquires found, by the tier they were in before any promotion;
-  // those read from the remote tier for an acquire or a hint (into the
-  // host) count under remote_hit_blocks, not under the host.
-  std::array<uint64_t, kNumTierKinds> hit_blocks{};
-  uint64_t remote_hit_blocks = 0;
+  // Blocks acquires found, by the tier they were in before any promotion
+  // (indexed by TierKind): those read from the remote tier into the host,
+  // for the acquire or for a hint, count under kRemote, not under the host.
+  std::array<uint64_t, kNumTierKinds + 1> hit_blocks{};
   // Looked-up blocks past the cached run, by why the run ended there: its
   // first missing key was never cached here (or long forgotten), or it was
   // cached and has been dropped (evicted from the last tier, orphaned,

@@ -42,7 +42,6 @@ Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKe
 
 void CacheEngine::LookupAsync(NamespaceId ns, std::span<const BlockKey> keys,
                               std::function<void(Result<LookupResult>)> done) {
-  if (Status s = CheckNamespace(ns); !s.ok()) return done(s);
   // Blocks on their way in from the remote tier are found once they are in.
   if (!remote_reading_.empty()) {
     std::function<void()> retry = [this, ns,
@@ -141,12 +140,8 @@ std::vector<EntryId> CacheEngine::PinLeadingRun(NamespaceId ns, std::span<const 
     Block& b = blocks_[*it];
     PolicyOf(b.tier).Touch(*it, MetaOf(*it));
     ++stats_.tiers[Index(b.tier)].hits;
-    if (b.from_remote) {
-      ++ns_use_[ns].remote_hit_blocks;
-      b.from_remote = false;
-    } else {
-      ++ns_use_[ns].hit_blocks[Index(b.tier)];
-    }
+    ++ns_use_[ns].hit_blocks[Index(b.from_remote ? TierKind::kRemote : b.tier)];
+    b.from_remote = false;
   }
   return run;
 }

@@ -136,12 +136,12 @@ TEST_F(RemoteEngineTest, WriteBackPublishesWhatLeavesTheHostAndAnotherNodeReadsI
   // the host the blocks were read into; a second acquire finds them in the host.
   const EngineStats first = c->engine->Stats();
   const NamespaceUse& use = first.namespace_use.at(c->ns);
-  EXPECT_EQ(use.remote_hit_blocks, 4u);
+  EXPECT_EQ(use.hit_blocks[static_cast<size_t>(TierKind::kRemote)], 4u);
   EXPECT_EQ(use.hit_blocks[static_cast<size_t>(TierKind::kHost)], 0u);
   EXPECT_EQ(AcquireChecked(*c, keys), 4u);
   const EngineStats second = c->engine->Stats();
   const NamespaceUse& again = second.namespace_use.at(c->ns);
-  EXPECT_EQ(again.remote_hit_blocks, 4u);
+  EXPECT_EQ(again.hit_blocks[static_cast<size_t>(TierKind::kRemote)], 4u);
   EXPECT_EQ(again.hit_blocks[static_cast<size_t>(TierKind::kHost)], 4u);
   EXPECT_TRUE(c->engine->CheckInvariants().ok());
 }
@@ -214,7 +214,7 @@ TEST_F(RemoteEngineTest, AHintReadsAheadWhatOnlyTheClusterHoldsAndProtectsIt) {
   EXPECT_EQ(st.prefetched_used, 4u);
   EXPECT_EQ(st.hints_used, 6u);
   // Read ahead from the cluster, they count as remote hits; B's own two as host.
-  EXPECT_EQ(st.namespace_use.at(b->ns).remote_hit_blocks, 4u);
+  EXPECT_EQ(st.namespace_use.at(b->ns).hit_blocks[static_cast<size_t>(TierKind::kRemote)], 4u);
   EXPECT_EQ(st.namespace_use.at(b->ns).hit_blocks[static_cast<size_t>(TierKind::kHost)], 2u);
   EXPECT_EQ(b->engine->hinted_by(kOwner), 0u);
   EXPECT_TRUE(b->engine->CheckInvariants().ok());
@@ -251,7 +251,9 @@ TEST_F(RemoteEngineTest, ALookupOrAcquireMeetingAReadAheadWaitsForItInsteadOfSto
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(found->hits, 6u);
   EXPECT_EQ(b->engine->Stats().remote_fetched_blocks, 6u);  // read once, for both
-  EXPECT_EQ(b->engine->Stats().namespace_use.at(b->ns).remote_hit_blocks, 6u);
+  EXPECT_EQ(
+      b->engine->Stats().namespace_use.at(b->ns).hit_blocks[static_cast<size_t>(TierKind::kRemote)],
+      6u);
   EXPECT_TRUE(b->engine->CheckInvariants().ok());
 
   // An acquire that starts its own fetch while the hint's is asking the
