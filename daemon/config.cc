@@ -427,6 +427,7 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
                                            "reply_timeout_ms",
                                            "copy_threads",
                                            "busy_poll_us",
+                                           "idle_exit_s",
                                            "secret"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_owner", NameOrId(&c.socket_owner)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_group", NameOrId(&c.socket_group)));
@@ -455,6 +456,7 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_keys", Uint32(&c.max_keys)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "copy_threads", Uint32(&c.copy_threads)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "busy_poll_us", Uint32(&c.busy_poll_us)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "idle_exit_s", Uint32(&c.idle_exit_s)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "secret", String(&c.secret_hex)));
   }
   KVTIER_ASSIGN_OR_RETURN(const toml::table* host, section("host"));
@@ -569,7 +571,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   uint32_t ssd_io_threads = 0;
   std::optional<double> ssd_fault_read_errors;
   uint32_t max_keys = 0, copy_threads = 0;
-  std::optional<uint32_t> busy_poll_us;
+  std::optional<uint32_t> busy_poll_us, idle_exit_s;
   std::optional<std::string> socket_owner, socket_group, allow_uids, allow_gids;
   std::optional<uint32_t> max_hinted, hint_ttl_ms, max_hint_ttl_ms;
   std::optional<uint32_t> max_sessions, max_leases, max_allocations, max_namespaces,
@@ -624,6 +626,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "threads copying inline bytes" + Default(d.copy_threads));
   app.add_option("--busy-poll-us", busy_poll_us,
                  "poll this long after work before sleeping, 0 = off" + Default(d.busy_poll_us));
+  app.add_option(
+      "--idle-exit-s", idle_exit_s,
+      "exit once no connection has been open this long, 0 = never" + Default(d.idle_exit_s));
   app.add_option("--secret", secret, "master secret, 32+ hex digits [random per start]");
   app.add_option("--remote-seeds", remote_seeds,
                  "remote tier: Redis Cluster nodes, comma-separated host:port [none]");
@@ -736,6 +741,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (max_keys != 0) c.max_keys = max_keys;
   if (copy_threads != 0) c.copy_threads = copy_threads;
   if (busy_poll_us) c.busy_poll_us = *busy_poll_us;
+  if (idle_exit_s) c.idle_exit_s = *idle_exit_s;
   if (!secret.empty()) c.secret_hex = secret;
   if (!host_policy.empty()) c.host_policy = host_policy;
   if (no_reserve) c.host_reserve_memory = false;

@@ -96,6 +96,10 @@ struct DaemonConfig {
   // across CPUs costs tens of microseconds, more than a request. Burns at
   // most this much CPU per burst of traffic; 0 turns it off.
   uint32_t busy_poll_us = 200;
+  // Exit, as on SIGTERM, once no connection has been open for this long
+  // (seconds); 0 = never. For a daemon started on demand by its workers
+  // (the Python package's socket="auto"), so that it goes when they have.
+  uint32_t idle_exit_s = 0;
   // 32+ bytes, hex: the master secret namespace secrets derive from. Empty:
   // a random one per start (keys then change across restarts, which is
   // harmless while nothing is kept across restarts).

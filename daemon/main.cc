@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <fstream>
@@ -137,6 +138,32 @@ void RunLoop(asio::io_context& io, std::chrono::microseconds busy_poll) {
     while (busy_poll.count() > 0 && Clock::now() < until) {
       if (io.poll() > 0) until = Clock::now() + busy_poll;
       if (io.stopped()) return;
+    }
+  }
+}
+
+// server.idle_exit_s: stops the server (and the signal wait, so the io
+// loop runs dry and the daemon exits as on SIGTERM) once no connection has
+// been open for `idle_s` seconds. Looks once a second.
+asio::awaitable<void> ExitWhenIdle(asio::steady_timer& timer, Server& server,
+                                   asio::signal_set& signals, uint32_t idle_s) {
+  using Clock = std::chrono::steady_clock;
+  const auto limit = std::chrono::seconds(idle_s);
+  auto idle_since = Clock::now();
+  while (!server.stopping()) {
+    timer.expires_after(std::min<Clock::duration>(limit, std::chrono::seconds(1)));
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || server.stopping()) co_return;
+    const auto now = Clock::now();
+    if (server.open_connections() > 0) {
+      idle_since = now;
+    } else if (now - idle_since >= limit) {
+      Log(LogLevel::kInfo, Str("no connection for ", idle_s, " s (server.idle_exit_s): stopping"));
+      boost::system::error_code ignored;
+      signals.cancel(ignored);
+      server.Stop();
+      co_return;
     }
   }
 }
@@ -291,11 +318,19 @@ int Run(const DaemonConfig& config) {
   }
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
+  asio::steady_timer idle_timer(io);
   signals.async_wait([&](const boost::system::error_code& ec, int signo) {
     if (ec) return;
     Log(LogLevel::kInfo, Str("signal ", signo, ": stopping; finishing requests in flight"));
+    idle_timer.cancel();
     (*server)->Stop();
   });
+  if (config.idle_exit_s > 0) {
+    Log(LogLevel::kInfo, Str("exits once no connection has been open for ", config.idle_exit_s,
+                             " s (server.idle_exit_s)"));
+    asio::co_spawn(io, ExitWhenIdle(idle_timer, **server, signals, config.idle_exit_s),
+                   asio::detached);
+  }
   (*server)->Start();
   // Returns once the server and every session have stopped.
   RunLoop(io, std::chrono::microseconds(config.busy_poll_us));

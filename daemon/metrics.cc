@@ -4,6 +4,7 @@
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -493,6 +494,7 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
   std::vector<std::pair<std::string, std::string>> out;
   auto add = [&](std::string name, auto value) { Add(&out, std::move(name), Text(value)); };
   add("version", Version());
+  add("pid", static_cast<uint64_t>(::getpid()));
   add("sessions", s.sessions);
   add("sessions_opened", s.sessions_opened);
   add("requests", s.requests);

@@ -218,6 +218,14 @@ asio::awaitable<void> Server::Accept() {
   }
 }
 
+size_t Server::open_connections() const {
+  size_t open = 0;
+  for (const auto* list : {&sessions_, &refusing_}) {
+    for (const std::weak_ptr<Session>& w : *list) open += w.expired() ? 0u : 1u;
+  }
+  return open;
+}
+
 void Server::Stop() {
   if (stopping_) return;
   stopping_ = true;

@@ -48,6 +48,9 @@ class Server {
   void Stop();
 
   const std::string& socket_path() const { return path_; }
+  bool stopping() const { return stopping_; }
+  // Connections open now: attached, still to say HELLO, or being refused.
+  size_t open_connections() const;
 
  private:
   Server(asio::io_context& io, Service& service, const DaemonConfig& config,

@@ -48,6 +48,27 @@ TEST(LifecycleTest, SigintFinishesAndAttachedClientsSeeTheEnd) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+TEST(LifecycleTest, IdleExitWaitsForTheLastConnectionThenStopsCleanly) {
+  auto d = Daemon::Start({"--idle-exit-s", "1"});
+  ASSERT_NE(d, nullptr);
+  const std::string path = d->socket();
+  auto c = RawConnection::Open(path);
+  ASSERT_NE(c, nullptr);
+  std::vector<std::byte> frame;
+  protocol::EncodeHello(1, TestHello("m"), &frame);
+  ASSERT_TRUE(c->Send(frame));
+  ASSERT_TRUE(c->Read().has_value());
+  // Three idle limits with a session open: the daemon stays.
+  ::usleep(3'000'000);
+  EXPECT_TRUE(d->Alive()) << d->Log();
+  c.reset();  // the last connection goes: the daemon follows within the limit
+  const int status = d->WaitForExit(std::chrono::seconds(20));
+  ASSERT_TRUE(WIFEXITED(status)) << status << "\n" << d->Log();
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(Exists(path));
+  EXPECT_NE(d->Log().find("(server.idle_exit_s): stopping"), std::string::npos) << d->Log();
+}
+
 TEST(LifecycleTest, StaleSocketFromACrashIsReplaced) {
   auto d = Daemon::Start();
   ASSERT_NE(d, nullptr);

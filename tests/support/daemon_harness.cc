@@ -89,6 +89,13 @@ int Daemon::Stop(int sig) {
   return status;
 }
 
+int Daemon::WaitForExit(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  const int status = testing::WaitForExit(pid_, timeout);
+  pid_ = -1;
+  return status;
+}
+
 std::string Daemon::Log() const { return ReadFile(dir_ / "kvtierd.log"); }
 
 int RunDaemonToExit(const std::vector<std::string>& args, std::string* stderr_text,

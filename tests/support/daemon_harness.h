@@ -50,6 +50,9 @@ class Daemon {
   bool Alive();
   // Sends `sig` and waits for the exit; returns the wait status.
   int Stop(int sig = 15);
+  // Waits for the daemon to exit by itself, at most `timeout` (then kills
+  // it); returns the wait status, or -1 when it had to be killed.
+  int WaitForExit(std::chrono::milliseconds timeout);
   // Everything the daemon wrote to stderr so far.
   std::string Log() const;
 
