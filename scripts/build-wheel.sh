@@ -11,7 +11,9 @@
 # `ldd` names outside glibc is copied into kvtier/bin/lib/ (libstdc++ and
 # libgcc_s too: a machine's own may be older than Debian 12's GCC 12), and
 # the run paths are rewritten with patchelf to $ORIGIN/lib (executables) and
-# $ORIGIN (the libraries). The platform tag names the glibc it was built
+# $ORIGIN (the libraries), as DT_RPATH (as auditwheel does), which is searched
+# before LD_LIBRARY_PATH: a user's LD_LIBRARY_PATH (conda's, CUDA's) cannot
+# swap in another RocksDB or libstdc++. The platform tag names the glibc it was built
 # against, Debian 12's 2.36: the oldest it is known to run on.
 # Needs scripts/install-deps.sh's packages and the project's .venv
 # (scripts/python-env.sh: scikit-build-core and nanobind, pinned).
@@ -42,10 +44,10 @@ for exe in "$bundle/kvtierd" "$bundle/kvtier"; do
 done
 for lib in "$bundle"/lib/*.so*; do
   chmod 0644 "$lib"
-  patchelf --set-rpath '$ORIGIN' "$lib"
+  patchelf --force-rpath --set-rpath '$ORIGIN' "$lib"
 done
 for exe in "$bundle/kvtierd" "$bundle/kvtier"; do
-  patchelf --set-rpath '$ORIGIN/lib' "$exe"
+  patchelf --force-rpath --set-rpath '$ORIGIN/lib' "$exe"
 done
 # What the bundle needs from outside it now: glibc and nothing else.
 for f in "$bundle/kvtierd" "$bundle/kvtier" "$bundle"/lib/*.so*; do

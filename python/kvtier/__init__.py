@@ -23,9 +23,14 @@ package binds kvtier's C++ client library::
 
 from __future__ import annotations
 
+import time
+from typing import Optional
+
+from . import _auto
+from ._auto import ensure_daemon
+from ._kvtier import Client as _NativeClient
 from ._kvtier import (
     DEFAULT_SOCKET,
-    Client,
     Layout,
     Lease,
     LookupResult,
@@ -57,6 +62,43 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+
+class Client(_NativeClient):
+    __doc__ = _NativeClient.__doc__
+
+    def __init__(self, model: str, layout: Layout, *, socket: Optional[str] = None,
+                 salt: str = "", client_name: str = "python", timeout_ms: int = 0,
+                 map_arenas: bool = True, busy_poll_us: int = 50,
+                 quantize_lower: str = "off") -> None:
+        """Connects to kvtierd and attaches to the namespace (model, salt, layout).
+
+        socket: kvtierd's Unix socket; default $KVTIER_SOCKET, else
+          /run/kvtier/kvtierd.sock. "auto": that daemon if it answers, else the
+          one this user's workers share, started now if none runs
+          (kvtier.ensure_daemon; its settings from $KVTIER_AUTO_*).
+        The other arguments: see the class's documentation.
+        """
+        def attach(path: Optional[str]) -> None:
+            super(Client, self).__init__(
+                model, layout, socket=path, salt=salt, client_name=client_name,
+                timeout_ms=timeout_ms, map_arenas=map_arenas, busy_poll_us=busy_poll_us,
+                quantize_lower=quantize_lower)
+
+        if socket != _auto.AUTO:
+            attach(socket)
+            return
+        # A daemon found idle may exit between the check and the attach: then
+        # find (or start) one again.
+        for attempt in range(3):
+            try:
+                attach(_auto.resolve(_auto.AUTO))
+                return
+            except UnavailableError:
+                if attempt == 2:
+                    raise
+                time.sleep(0.2)
+
+
 __all__ = [
     "DEFAULT_SOCKET",
     "Client",
@@ -79,6 +121,7 @@ __all__ = [
     "WriteHandle",
     "WriteState",
     "deployment_keys",
+    "ensure_daemon",
     "dequantize_block",
     "event_hash",
     "host_buffer",

@@ -35,7 +35,7 @@ from typing import Any, Optional, Sequence, Tuple, cast
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from . import Client, Layout, ResourceExhaustedError, Tier, host_buffer
+from . import Client, Layout, ResourceExhaustedError, Tier, _auto, host_buffer
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -73,7 +73,10 @@ class PrefixCache:
     model: a decoder-only transformers model whose cache is a ``DynamicCache``
         of full-attention layers (Llama, Mistral without sliding window, Qwen2, ...).
     model_id: names the weights in the namespace; default ``model.name_or_path``.
-    socket, salt, timeout_ms: as for :class:`kvtier.Client`.
+    socket: kvtierd's socket, or "auto" (as for :class:`kvtier.Client`): the
+        default, unless $KVTIER_SOCKET names one or kvtierd listens at
+        /run/kvtier/kvtierd.sock; then that one.
+    salt, timeout_ms: as for :class:`kvtier.Client`.
     block_tokens: tokens per block (16 by default, vLLM's block size).
     tier: where blocks are read from and written to: HOST (any model), or
         DEVICE for a model on the daemon's GPU.
@@ -108,7 +111,8 @@ class PrefixCache:
             namespace = (
                 f"{name}|{lo.dtype}|{lo.layers}x{lo.kv_heads}x{lo.head_dim}|{lo.block_tokens}"
             )
-            client = Client(namespace, lo, socket=socket, salt=salt, timeout_ms=timeout_ms,
+            client = Client(namespace, lo, socket=socket or _auto.default_or_auto(),
+                            salt=salt, timeout_ms=timeout_ms,
                             client_name="kvtier.hf", quantize_lower=quantize_lower)
         elif client.layout != self.layout:
             raise ValueError(f"the client's layout {client.layout} is not the model's {self.layout}")

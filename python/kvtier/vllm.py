@@ -37,8 +37,17 @@ misses (with one log line), never a failed request.
 Settings, in ``kv_connector_extra_config`` (all optional):
 
 ``socket``
-    kvtierd's Unix socket (default ``$KVTIER_SOCKET``, else
-    ``/run/kvtier/kvtierd.sock``).
+    kvtierd's Unix socket, or ``"auto"``: the kvtierd at ``$KVTIER_SOCKET``
+    (else ``/run/kvtier/kvtierd.sock``) when one answers there, else the one
+    the workers of this user on the node share, started by the first of them
+    that finds none (docs/python.md, "socket='auto'"). The default: ``"auto"``,
+    unless ``$KVTIER_SOCKET`` is set (then that socket). An explicit path is
+    never "auto": when its daemon does not answer, requests recompute.
+``daemon_host_memory``, ``daemon_ssd_dir``, ``daemon_ssd_capacity``, ``daemon_idle_exit_s``
+    For a kvtierd that ``"auto"`` starts: its host tier (a size such as
+    ``"8GiB"``, or a share of the available memory, default 0.25), its SSD
+    tier (none unless a directory is given), and how long it stays without
+    workers (default 600 s).
 ``salt``
     Keeps tenants apart: blocks stored under one salt never match another.
 ``model_id``
@@ -92,7 +101,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
-from . import Client, Error, LayoutError, Retention, Tier, UnavailableError
+from . import Client, Error, LayoutError, Retention, Tier, UnavailableError, _auto
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -126,12 +135,19 @@ class Settings:
     load_async: str = "auto"
     hints: bool = True
     store_prompt: bool = True
+    daemon: dict[str, Any] = field(default_factory=dict)  # ensure_daemon()'s settings
+
+    def resolve_socket(self) -> str:
+        """The socket to attach to now (socket="auto" finds or starts kvtierd)."""
+        return _auto.resolve(self.socket, default_auto=True, logger=logger, **self.daemon)
 
     @staticmethod
     def from_extra_config(extra: dict[str, Any]) -> "Settings":
         known = {"socket", "salt", "model_id", "tier", "retention_priority",
                  "retention_duration_ms", "block_tokens", "timeout_ms", "retry_interval_s",
-                 "quantize_lower", "load_async", "hints", "store_prompt"}
+                 "quantize_lower", "load_async", "hints", "store_prompt",
+                 "daemon_host_memory", "daemon_ssd_dir", "daemon_ssd_capacity",
+                 "daemon_idle_exit_s"}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ValueError(f"kvtier.vllm: unknown setting(s) {unknown} in "
@@ -162,6 +178,11 @@ class Settings:
                              f"{s.load_async!r}")
         s.hints = _flag(extra, "hints", True)
         s.store_prompt = _flag(extra, "store_prompt", True)
+        for key in ("host_memory", "ssd_dir", "ssd_capacity", "idle_exit_s"):
+            if extra.get("daemon_" + key) is not None:
+                s.daemon[key] = extra["daemon_" + key]
+        if "idle_exit_s" in s.daemon:
+            s.daemon["idle_exit_s"] = int(s.daemon["idle_exit_s"])
         return s
 
 
@@ -283,7 +304,7 @@ class _Connection:
         self._next_try = 0.0
         self._lost = False
         self._lock = threading.Lock()
-        self.where = settings.socket or "the default socket"
+        self.where = settings.socket or "auto"
 
     def get(self) -> Optional[Client]:
         """The attached client, or None while kvtierd is unreachable."""
@@ -296,7 +317,8 @@ class _Connection:
             if now < self._next_try:
                 return None
             try:
-                self._client = Client(self.model_id, self.layout, socket=self.settings.socket,
+                socket = self.settings.resolve_socket()
+                self._client = Client(self.model_id, self.layout, socket=socket,
                                       salt=self.settings.salt, client_name=self.name,
                                       timeout_ms=self.settings.timeout_ms,
                                       map_arenas=self.map_arenas,
