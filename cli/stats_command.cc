@@ -297,10 +297,12 @@ void PrintHuman(const Entries& entries, const Entries* previous, double seconds)
   std::optional<Figures> before;
   if (previous != nullptr) before.emplace(*previous);
   std::printf(
-      "kvtierd %s   sessions %s (%s opened)   namespaces %s   leases %s   open writes %s\n\n",
-      f.Text("version").c_str(), Int(f.Num("sessions")).c_str(),
-      Int(f.Num("sessions_opened")).c_str(), Int(f.Num("namespaces")).c_str(),
-      Int(f.Num("open_leases")).c_str(), Int(f.Num("open_allocations")).c_str());
+      "kvtierd %s (pid %s)   sessions %s (%s opened)   namespaces %s   leases %s   open writes "
+      "%s\n\n",
+      f.Text("version").c_str(), std::to_string(static_cast<uint64_t>(f.Num("pid"))).c_str(),
+      Int(f.Num("sessions")).c_str(), Int(f.Num("sessions_opened")).c_str(),
+      Int(f.Num("namespaces")).c_str(), Int(f.Num("open_leases")).c_str(),
+      Int(f.Num("open_allocations")).c_str());
   PrintTiers(f);
   PrintRemoteAndEvents(f);
   std::printf("\n");

@@ -335,6 +335,7 @@ class _Connection:
                                    "their prefixes until it is back", self.where, e)
                     self._lost = True
                 return None
+            self.where = self._client.socket
             if self._lost:
                 logger.warning("kvtier: reattached to kvtierd at %s; prefix hits resume",
                                self.where)
@@ -342,7 +343,6 @@ class _Connection:
                 logger.info("kvtier: attached to kvtierd at %s as %r (%s)", self.where,
                             self.model_id, self.layout)
             self._lost = False
-            self.where = self._client.socket
             return self._client
 
     def failed(self, what: str, e: BaseException) -> None:
@@ -441,6 +441,11 @@ class KvtierConnector(KVConnectorBase_V1):
                          "async_loads": 0, "loaded_blocks": 0, "load_failed_blocks": 0,
                          "saved_blocks": 0, "prompt_stores": 0, "save_failures": 0}
         self._counters_lock = threading.Lock()  # counted from vLLM's and our own threads
+        if not is_worker:
+            # Attach (with socket "auto", find or start the node's kvtierd) as the
+            # engine starts, not at its first request: the log says where kvtierd
+            # is, or that it is not, before the server takes traffic.
+            self.conn.get()
 
     def _count(self, name: str, n: int = 1) -> None:
         with self._counters_lock:
