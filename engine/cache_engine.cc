@@ -400,14 +400,16 @@ void CacheEngine::LeaveTier(EntryId id, bool free_slot) {
   if (b.pins > 0) --pinned_in_tier_[Index(b.tier)];
   PolicyOf(b.tier).Erase(id);
   Tier* t = tiers_[Index(b.tier)].get();
-  if (free_slot) t->Free(b.slot);
   if (free_slot && t->io_bound()) {
-    // Best effort: a record left behind (queue full) points at a slot whose
-    // bytes no longer match its checksum, so it can only ever be a miss.
-    if (!io_->Submit([t, info = InfoOf(id)] { return t->ForgetBlock(info); },
+    // A record left behind (queue full) goes when the slot is next written.
+    const BlockInfo info = InfoOf(id);
+    t->FreeBlock(b.slot, info);
+    if (!io_->Submit([t, slot = b.slot, info] { return t->ForgetBlock(slot, info); },
                      [](const Status&) {})) {
       ++stats_.stale_records;
     }
+  } else if (free_slot) {
+    t->Free(b.slot);
   }
   AdjustParentChildren(id, b.tier, -1);
 }

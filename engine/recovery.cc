@@ -55,16 +55,16 @@ Result<size_t> CacheEngine::Recover() {
     if (!ns || !CheckQuantize(LayoutOf(*ns), info.quantize).ok() ||
         StoredBytes(*ns, info.quantize) != info.block_bytes ||
         index_.Find(*ns, info.key) != kNoEntry) {
-      ssd->Free(stored[i].slot);
-      ssd->ForgetBlock(info).IgnoreError();
+      ssd->FreeBlock(stored[i].slot, info);
+      ssd->ForgetBlock(stored[i].slot, info).IgnoreError();
       continue;
     }
     EntryId parent = kNoEntry;
     if (info.parent) {
       parent = index_.Find(*ns, *info.parent);
       if (parent == kNoEntry) {  // its parent was dropped just above
-        ssd->Free(stored[i].slot);
-        ssd->ForgetBlock(info).IgnoreError();
+        ssd->FreeBlock(stored[i].slot, info);
+        ssd->ForgetBlock(stored[i].slot, info).IgnoreError();
         continue;
       }
     }
@@ -83,8 +83,8 @@ Result<size_t> CacheEngine::Recover() {
   // What no root reaches hangs below a block that did not survive.
   for (size_t i = 0; i < stored.size(); ++i) {
     if (placed[i]) continue;
-    ssd->Free(stored[i].slot);
-    ssd->ForgetBlock(stored[i].info).IgnoreError();
+    ssd->FreeBlock(stored[i].slot, stored[i].info);
+    ssd->ForgetBlock(stored[i].slot, stored[i].info).IgnoreError();
     ++stats_.orphan_drops;
   }
   return restored;

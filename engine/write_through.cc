@@ -63,8 +63,9 @@ void CacheEngine::FreeShadow(EntryId id) {
   Block& b = blocks_[id];
   if (!b.has_shadow) return;
   Tier* ssd = tier(TierKind::kSsd);
-  ssd->Free(b.shadow);
-  if (!io_->Submit([ssd, info = InfoOf(id)] { return ssd->ForgetBlock(info); },
+  const BlockInfo info = InfoOf(id);
+  ssd->FreeBlock(b.shadow, info);
+  if (!io_->Submit([ssd, slot = b.shadow, info] { return ssd->ForgetBlock(slot, info); },
                    [](const Status&) {})) {
     ++stats_.stale_records;
   }

@@ -3,11 +3,23 @@
 // SlotId is the slot's first page (4 KiB unit) in the slot file; the slot's
 // size follows from the block's (rounded up to 4 KiB) where the engine
 // passes the block, and from the store's map where it does not (Free). The
-// engine calls Allocate/Free on its thread and WriteBlock/ReadBlock/
-// ForgetBlock on its IoExecutor's threads.
+// engine calls Allocate/Free/FreeBlock on its thread and WriteBlock/
+// ReadBlock/ForgetBlock on its IoExecutor's threads.
+//
+// A freed slot's old record: FreeBlock hands the slot back at once (the
+// engine needs the room now) but the record naming it is deleted later, on
+// an I/O thread (ForgetBlock). Until then the slot is "unforgotten": the
+// first write into it deletes that record before it writes a byte, so a kill
+// at any moment never leaves a record over another block's bytes (which
+// its checksum would catch, but as a loss). A newer record of the same
+// block replaces the old one, and then there is nothing left to delete.
 #include "tiers/internal/ssd_tier.h"
 
 #include <cassert>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kvtier::tiers {
@@ -49,6 +61,13 @@ class SsdTier final : public Tier {
     assert(freed.ok());  // the engine frees only slots it holds
     freed.IgnoreError();
   }
+  void FreeBlock(SlotId slot, const BlockInfo& info) override {
+    {
+      std::lock_guard lock(unforgotten_mu_);
+      RememberLocked(slot, Owner{info.ns, info.key});
+    }
+    Free(slot);
+  }
 
   // The payload goes through WriteBlock/ReadBlock, which know the block.
   Status Read(SlotId, std::span<std::byte>) override {
@@ -67,8 +86,16 @@ class SsdTier final : public Tier {
   Result<uint64_t> WriteBlock(SlotId slot, const BlockInfo& info,
                               std::span<const std::byte> bytes) override {
     const uint64_t block = bytes.size() > info.block_bytes ? info.block_bytes : 0;
+    KVTIER_RETURN_IF_ERROR(ForgetOwnerOf(slot, std::nullopt));
     KVTIER_ASSIGN_OR_RETURN(const SsdRecord stored,
                             store_->Write(Record(slot, bytes.size(), info), bytes, block));
+    // This block's record now names this slot: an older one of it, at a
+    // slot freed before, went with the overwrite.
+    std::lock_guard lock(unforgotten_mu_);
+    if (auto it = slot_of_.find(Owner{info.ns, info.key}); it != slot_of_.end()) {
+      owner_of_.erase(it->second);
+      slot_of_.erase(it);
+    }
     return stored.checksum;
   }
   Status ReadBlock(SlotId slot, const BlockInfo& info, std::span<std::byte> out) override {
@@ -77,7 +104,9 @@ class SsdTier final : public Tier {
     record.checksum = info.checksum;
     return store_->Read(record, out);
   }
-  Status ForgetBlock(const BlockInfo& info) override { return store_->Erase(info.ns, info.key); }
+  Status ForgetBlock(SlotId slot, const BlockInfo& info) override {
+    return ForgetOwnerOf(slot, Owner{info.ns, info.key});
+  }
 
   Result<uint32_t> RegisterNamespace(const std::string& model, const std::string& salt,
                                      const Layout& layout) override {
@@ -127,7 +156,51 @@ class SsdTier final : public Tier {
     return r;
   }
 
+  struct Owner {
+    uint32_t ns = 0;
+    prefix_index::BlockKey key;
+    friend bool operator==(const Owner&, const Owner&) = default;
+  };
+  struct OwnerHash {
+    size_t operator()(const Owner& o) const {
+      return static_cast<size_t>(prefix_index::BlockKeyHash::Mix(o.key, o.ns));
+    }
+  };
+
+  // REQUIRES: unforgotten_mu_ held.
+  void RememberLocked(SlotId slot, const Owner& owner) {
+    if (auto it = owner_of_.find(slot); it != owner_of_.end()) slot_of_.erase(it->second);
+    if (auto it = slot_of_.find(owner); it != slot_of_.end()) owner_of_.erase(it->second);
+    owner_of_[slot] = owner;
+    slot_of_[owner] = slot;
+  }
+
+  // Deletes the record of the block that last held `slot` if it may still
+  // stand (when `only` is given, only if that block is `only`). The entry
+  // goes after the delete, so a write into the slot meanwhile deletes it
+  // too rather than writing first.
+  Status ForgetOwnerOf(SlotId slot, const std::optional<Owner>& only) {
+    Owner owner;
+    {
+      std::lock_guard lock(unforgotten_mu_);
+      auto it = owner_of_.find(slot);
+      if (it == owner_of_.end() || (only && !(it->second == *only))) return Status::Ok();
+      owner = it->second;
+    }
+    KVTIER_RETURN_IF_ERROR(store_->Erase(owner.ns, owner.key));
+    std::lock_guard lock(unforgotten_mu_);
+    if (auto it = owner_of_.find(slot); it != owner_of_.end() && it->second == owner) {
+      owner_of_.erase(it);
+      slot_of_.erase(owner);
+    }
+    return Status::Ok();
+  }
+
   std::unique_ptr<SsdStore> store_;
+  // Freed slots whose record may still stand, and the other way round.
+  std::mutex unforgotten_mu_;
+  std::unordered_map<SlotId, Owner> owner_of_;            // GUARDED_BY(unforgotten_mu_)
+  std::unordered_map<Owner, SlotId, OwnerHash> slot_of_;  // GUARDED_BY(unforgotten_mu_)
 };
 
 }  // namespace

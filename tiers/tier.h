@@ -126,8 +126,15 @@ class Tier {
   virtual Status ReadBlock(SlotId slot, const BlockInfo& /*info*/, std::span<std::byte> out) {
     return Read(slot, out);
   }
-  // Deletes the record of a block that left the tier (its slot was freed).
-  virtual Status ForgetBlock(const BlockInfo& /*info*/) { return Status::Ok(); }
+  // Frees the slot of a block that leaves the tier (engine's thread). A
+  // persistent tier keeps the block's record until ForgetBlock deletes it,
+  // and deletes it itself before anything is written into the slot again:
+  // a record must never outlive its bytes, even when a kill comes between.
+  virtual void FreeBlock(SlotId slot, const BlockInfo& /*info*/) { Free(slot); }
+  // Deletes the record of a block FreeBlock freed (on the IoExecutor);
+  // nothing when the slot's next write, or a newer record of the block,
+  // came first.
+  virtual Status ForgetBlock(SlotId /*slot*/, const BlockInfo& /*info*/) { return Status::Ok(); }
   // A block a persistent tier holds from an earlier run (warm restart).
   using StoredBlockFn = std::function<Status(const BlockInfo& info, SlotId slot)>;
   // Calls `fn` for each block stored by an earlier run, its slot already
