@@ -63,8 +63,8 @@ done
 mkdir -p "$dist"
 out=$(mktemp -d)
 "$venv/bin/python" -m pip --disable-pip-version-check wheel -q --no-build-isolation --no-deps \
-  -w "$out" -C cmake.define.KVTIER_BUNDLE_DIR="$bundle" \
-  -C build-dir="$(realpath "$build")/wheel-build" ./python >&2
+  -w "$out" --config-settings=cmake.define.KVTIER_BUNDLE_DIR="$bundle" \
+  --config-settings=build-dir="$(realpath "$build")/wheel-build" ./python >&2
 # The platform tag: linux_x86_64 -> manylinux_2_36_x86_64 (in the name, in
 # WHEEL, and WHEEL's hash in RECORD), as auditwheel would write it.
 "$venv/bin/python" - "$out"/kvtier-*.whl "$dist" <<'PY'
