@@ -99,6 +99,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    SupportsHMA,
 )
 
 from . import Client, Error, LayoutError, Retention, Tier, UnavailableError, _auto
@@ -204,7 +205,7 @@ class _Load:
     req_id: str
     token_ids: list[int]  # the prompt's tokens up to the last block to load
     first_token: int  # tokens before this one are computed already (vLLM's own hit)
-    block_ids: list[int]  # the request's vLLM blocks, from its first
+    block_ids: list[list[int]]  # per KV cache group: the request's vLLM blocks, from its first
     asynchronous: bool = False  # off the forward; done when get_finished says so
 
 
@@ -214,7 +215,7 @@ class _Save:
 
     req_id: str
     token_ids: list[int]  # a whole number of kvtier blocks
-    block_ids: list[int]  # the request's vLLM blocks, from its first
+    block_ids: list[list[int]]  # per KV cache group: the request's vLLM blocks, from its first
     final: bool = True  # the request finished: get_finished reports it once stored
 
 
@@ -222,6 +223,7 @@ class _Save:
 class _Staged:
     """A load of this step: its blocks' bytes, out of the arena, waiting for their layers."""
 
+    group: int  # the KV cache group whose layers these are
     src: torch.Tensor  # [blocks, layers, 2, r, vLLM block tokens, kv_heads, head_dim]
     skip: int  # leading vLLM blocks of the first kvtier block that vLLM had already
     block_ids: list[int]  # the vLLM blocks written
@@ -237,60 +239,101 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     preempted: list[str] = field(default_factory=list)
 
 
-def _namespace(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
-               settings: Settings, tp_rank: int, pp_rank: int) -> tuple[str, Any, int]:
-    """(model id, kvtier Layout, vLLM block size) of this worker's namespace.
+@dataclass
+class _GroupSpec:
+    """One of vLLM's KV cache groups as kvtier stores it: a namespace of its own."""
 
-    Raises ValueError for what the connector cannot store (several KV cache
-    groups, a KV dtype kvtier has no layout for).
+    index: int
+    window: int  # tokens of a sliding window; 0: full attention (every block of the prefix)
+    model_id: str
+    layout: Any
+    layer_names: list[str]
+
+    def first_block(self, tokens: int, block_tokens: int) -> int:
+        """The first kvtier block this group needs to go on after `tokens` tokens.
+
+        Full attention needs the whole prefix. A sliding window needs the
+        tokens the next one attends to, vLLM's rule (SlidingWindowManager's
+        get_num_skipped_tokens): those before ``tokens - window + 1`` are
+        skipped, and their blocks are neither stored nor loaded.
+        """
+        if not self.window:
+            return 0
+        return max(0, tokens - self.window + 1) // block_tokens
+
+
+def _namespace(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
+               settings: Settings, tp_rank: int, pp_rank: int) -> tuple[list[_GroupSpec], int]:
+    """The namespaces of this worker, one per KV cache group, and vLLM's block size.
+
+    Raises ValueError, naming the feature, for what the connector cannot
+    store exactly (MLA's latent cache, Mamba state, a KV dtype kvtier has
+    no layout for, groups of different block sizes).
     """
     from vllm.platforms import current_platform
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
     from . import Layout
 
     groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise ValueError("kvtier.vllm handles models with one KV cache group of full-attention "
-                         f"layers; this one has {len(groups)} groups "
-                         f"({', '.join(type(g.kv_cache_spec).__name__ for g in groups)})")
-    spec = groups[0].kv_cache_spec
-    # Exactly full attention with a K and a V per head: MLA's latent cache has
-    # no K/V split, and a sliding window's blocks outside it are freed (their
-    # bytes are not the prompt's): storing either would serve wrong blocks.
-    if type(spec) is not FullAttentionSpec:
-        raise ValueError("kvtier.vllm handles full-attention KV caches (FullAttentionSpec), "
-                         f"not {type(spec).__name__}")
-    if spec.dtype not in _DTYPES:
-        raise ValueError(f"kvtier.vllm stores fp16, bf16 or fp32 KV caches, not {spec.dtype}")
-    block_tokens = settings.block_tokens or spec.block_size
-    if block_tokens % spec.block_size:
-        raise ValueError(f"kvtier.vllm: block_tokens {block_tokens} is not a multiple of "
-                         f"vLLM's block size {spec.block_size}")
-    layout = Layout(layers=len(groups[0].layer_names), kv_heads=spec.num_kv_heads,
-                    head_dim=spec.head_size, dtype=_DTYPES[spec.dtype],
-                    block_tokens=block_tokens)
-    # The bytes of a block are copied as vLLM's backend lays them out inside a
-    # block; on the CPU that layout depends on the attention ISA (AMX packs).
-    if current_platform.is_cpu():
-        try:
-            from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+    if not groups:
+        raise ValueError("kvtier.vllm: the model has no KV cache groups")
+    block_size = groups[0].kv_cache_spec.block_size
+    out: list[_GroupSpec] = []
+    for index, group in enumerate(groups):
+        spec = group.kv_cache_spec
+        # Exactly full attention or a sliding window, with a K and a V per head:
+        # MLA's latent cache has no K/V split, and other specs (Mamba's state,
+        # chunked local attention) keep blocks that are not the prompt's K and V.
+        if type(spec) is FullAttentionSpec:
+            window = 0
+        elif type(spec) is SlidingWindowSpec:
+            window = int(spec.sliding_window)
+        else:
+            raise ValueError("kvtier.vllm handles full-attention (FullAttentionSpec) and "
+                             "sliding-window (SlidingWindowSpec) KV caches, not "
+                             f"{type(spec).__name__} (KV cache group {index})")
+        if spec.dtype not in _DTYPES:
+            raise ValueError(f"kvtier.vllm stores fp16, bf16 or fp32 KV caches, not {spec.dtype}")
+        if spec.block_size != block_size:
+            raise ValueError("kvtier.vllm: KV cache groups of different block sizes "
+                             f"({block_size} and {spec.block_size} tokens)")
+        block_tokens = settings.block_tokens or spec.block_size
+        if block_tokens % spec.block_size:
+            raise ValueError(f"kvtier.vllm: block_tokens {block_tokens} is not a multiple of "
+                             f"vLLM's block size {spec.block_size}")
+        if window and block_tokens != spec.block_size:
+            # vLLM frees a window's blocks one vLLM block at a time: a kvtier block
+            # of several would be half freed when it is stored.
+            raise ValueError(f"kvtier.vllm: block_tokens {block_tokens} with a sliding window: "
+                             f"a sliding-window model takes vLLM's block size ({spec.block_size})")
+        layout = Layout(layers=len(group.layer_names), kv_heads=spec.num_kv_heads,
+                        head_dim=spec.head_size, dtype=_DTYPES[spec.dtype],
+                        block_tokens=block_tokens)
+        # The bytes of a block are copied as vLLM's backend lays them out inside
+        # a block; on the CPU that layout depends on the attention ISA (AMX packs).
+        if current_platform.is_cpu():
+            try:
+                from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
-            fmt = "cpu-" + _get_attn_isa(spec.dtype, spec.block_size, spec.head_size,
-                                         vllm_config.cache_config.cache_dtype)
-        except Exception:  # an older or newer vLLM: keep the blocks apart
-            fmt = "cpu"
-    else:
-        fmt = "kv"  # GPU caches are read as [block][k|v][token][head][dim]
-    model = settings.model_id or vllm_config.model_config.model
-    parallel = vllm_config.parallel_config
-    model_id = f"{model}|vllm-{fmt}"
-    if parallel.tensor_parallel_size > 1:
-        model_id += f"|tp{tp_rank}of{parallel.tensor_parallel_size}"
-    if parallel.pipeline_parallel_size > 1:
-        model_id += f"|pp{pp_rank}of{parallel.pipeline_parallel_size}"
-    layout.validate()
-    return model_id, layout, spec.block_size
+                fmt = "cpu-" + _get_attn_isa(spec.dtype, spec.block_size, spec.head_size,
+                                             vllm_config.cache_config.cache_dtype)
+            except Exception:  # an older or newer vLLM: keep the blocks apart
+                fmt = "cpu"
+        else:
+            fmt = "kv"  # GPU caches are read as [block][k|v][token][head][dim]
+        model = settings.model_id or vllm_config.model_config.model
+        parallel = vllm_config.parallel_config
+        model_id = f"{model}|vllm-{fmt}"
+        if len(groups) > 1:  # blocks of two groups never share a namespace, or a key
+            model_id += f"|group{index}-" + (f"window{window}" if window else "full")
+        if parallel.tensor_parallel_size > 1:
+            model_id += f"|tp{tp_rank}of{parallel.tensor_parallel_size}"
+        if parallel.pipeline_parallel_size > 1:
+            model_id += f"|pp{pp_rank}of{parallel.pipeline_parallel_size}"
+        layout.validate()
+        out.append(_GroupSpec(index, window, model_id, layout, list(group.layer_names)))
+    return out, block_size
 
 
 class _Connection:
@@ -379,7 +422,7 @@ class _Connection:
                 self._client = None
 
 
-class KvtierConnector(KVConnectorBase_V1):
+class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM's KV connector (V1) to kvtierd. See the module's documentation."""
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
@@ -395,23 +438,28 @@ class KvtierConnector(KVConnectorBase_V1):
             from vllm.distributed.parallel_state import get_pp_group, get_tp_group
 
             tp_rank, pp_rank = get_tp_group().rank_in_group, get_pp_group().rank_in_group
-        self.model_id, self.layout, self.vllm_block = _namespace(
-            vllm_config, kv_cache_config, self.settings, tp_rank, pp_rank)
-        self.block_tokens = self.layout.block_tokens
+        self.groups, self.vllm_block = _namespace(vllm_config, kv_cache_config, self.settings,
+                                                  tp_rank, pp_rank)
+        self.block_tokens = self.groups[0].layout.block_tokens
         self.ratio = self.block_tokens // self.vllm_block  # vLLM blocks per kvtier block
         is_worker = role == KVConnectorRole.WORKER
-        self.conn = _Connection(self.model_id, self.layout, self.settings,
-                                "vllm-worker" if is_worker else "vllm-scheduler",
-                                map_arenas=is_worker)
-        # The loader and saver threads talk to kvtierd on sessions of their own: a
-        # client serves one call at a time, and an acquire waiting for the SSD must
-        # not hold up the forward's loads or the stores.
-        self.load_conn = self.save_conn = self.conn
+        who = "vllm-worker" if is_worker else "vllm-scheduler"
+        # One session per group (a session is one namespace). The loader and saver
+        # threads talk to kvtierd on sessions of their own: a client serves one call
+        # at a time, and an acquire waiting for the SSD must not hold up the
+        # forward's loads or the stores.
+        self.conns = [_Connection(g.model_id, g.layout, self.settings, who, map_arenas=is_worker)
+                      for g in self.groups]
+        self.load_conns = self.save_conns = self.conns
         if is_worker:
-            self.load_conn = _Connection(self.model_id, self.layout, self.settings,
-                                         "vllm-worker-load", map_arenas=True)
-            self.save_conn = _Connection(self.model_id, self.layout, self.settings,
-                                         "vllm-worker-save", map_arenas=True)
+            self.load_conns = [_Connection(g.model_id, g.layout, self.settings,
+                                           "vllm-worker-load", map_arenas=True)
+                               for g in self.groups]
+            self.save_conns = [_Connection(g.model_id, g.layout, self.settings,
+                                           "vllm-worker-save", map_arenas=True)
+                               for g in self.groups]
+        self.conn = self.conns[0]
+        self.model_id, self.layout = self.groups[0].model_id, self.groups[0].layout
         # Scheduler state.
         self._requests: dict[str, "Request"] = {}  # accepted and not finished
         self._hits: dict[str, int] = {}  # request -> kvtier blocks cached at lookup
@@ -425,11 +473,12 @@ class KvtierConnector(KVConnectorBase_V1):
         self._loads: dict[str, _Load] = {}
         self._saves: list[_Save] = []
         # Worker state.
-        self._layers: list[torch.Tensor] = []  # per layer: [blocks, 2, ratio', tokens', H, D]
-        self._layer_index: dict[str, int] = {}
+        # Per group, per layer: [blocks, 2, ratio', tokens', H, D].
+        self._layers: list[list[torch.Tensor]] = [[] for _ in self.groups]
+        self._layer_index: dict[str, tuple[int, int]] = {}  # name -> (group, layer in it)
         self._layerwise = True  # copy each layer when its attention asks (wait_for_layer_load)
         self._staged: list[_Staged] = []  # this step's loads before the forward, staged
-        self._copied: set[int] = set()  # layers of this step copied already
+        self._copied: set[tuple[int, int]] = set()  # (group, layer) of this step copied already
         self._load_errors: set[int] = set()
         self._loader: Optional[ThreadPoolExecutor] = None  # asynchronous loads
         self._loaded: set[str] = set()  # asynchronous loads done, for get_finished
@@ -445,7 +494,8 @@ class KvtierConnector(KVConnectorBase_V1):
             # Attach (with socket "auto", find or start the node's kvtierd) as the
             # engine starts, not at its first request: the log says where kvtierd
             # is, or that it is not, before the server takes traffic.
-            self.conn.get()
+            for conn in self.conns:
+                conn.get()
 
     def _count(self, name: str, n: int = 1) -> None:
         with self._counters_lock:
@@ -469,8 +519,59 @@ class KvtierConnector(KVConnectorBase_V1):
         if not self.settings.hints:
             return
         tokens = self._usable(request)
-        if tokens and self._call("hint", lambda c: c.hint(c.block_keys(tokens))) is not None:
+        if not tokens:
+            return
+        n = len(tokens) // self.block_tokens
+        hinted = [self._call("hint", lambda c, g=g: c.hint(
+            c.block_keys(tokens)[g.first_block(n * self.block_tokens, self.block_tokens):]),
+            self.conns[g.index]) for g in self.groups]
+        if all(h is not None for h in hinted):
             self._count("hinted_requests", 1)
+
+    def _lookup(self, tokens: list[int], local_blocks: int) -> Optional[tuple[int, list[Tier]]]:
+        """(kvtier blocks usable as a hit, the tier of each) for a prompt's tokens, or
+        None when kvtierd cannot be reached.
+
+        A hit of n blocks needs, in every full-attention group, the n blocks, and in
+        every sliding-window group the blocks of its window before block n: those are
+        the only ones a window group stores, so the hit is the longest n for which
+        every group has what it needs.
+        """
+        T = self.block_tokens
+        n = len(tokens) // T
+        keys: list[list[Any]] = []
+        tiers: list[Tier] = []
+        for g in self.groups:
+            chain = self._call("lookup", lambda c: c.block_keys(tokens), self.conns[g.index])
+            if chain is None:
+                return None
+            keys.append(chain)
+            if g.window:
+                continue
+            found = self._call("lookup", lambda c, k=chain: c.lookup(k), self.conns[g.index])
+            if found is None:
+                return None
+            n = min(n, found.hits)
+            if not tiers or len(found.tiers) < len(tiers):
+                tiers = list(found.tiers)
+        windows = [g for g in self.groups if g.window]
+        while windows and n > local_blocks:
+            ok = True
+            for g in windows:
+                first = g.first_block(n * T, T)
+                found = self._call("lookup", lambda c, k=keys[g.index][first:n]: c.lookup(k),
+                                   self.conns[g.index])
+                if found is None:
+                    return None
+                if found.hits < n - first:
+                    ok = False
+                    break
+                if len(tiers) < n:  # no full-attention group: the window's tiers
+                    tiers = [Tier.HOST] * first + list(found.tiers)
+            if ok:
+                break
+            n -= 1
+        return n, tiers[:n]
 
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
@@ -480,12 +581,11 @@ class KvtierConnector(KVConnectorBase_V1):
             # was preempted: it recomputes rather than try the same blocks again.)
             self._hits.pop(request.request_id, None)
             return 0, False
-        found = self._call("lookup", lambda c: c.lookup(c.block_keys(usable)))
+        found = self._lookup(usable, num_computed_tokens // self.block_tokens)
         if found is None:
             return 0, False
         self._count("lookups", 1)
-        hits = found.hits
-        tiers = list(found.tiers)
+        hits, tiers = found
         self._hits[request.request_id] = hits
         self._tiers[request.request_id] = tiers
         # update_state_after_alloc comes before vLLM sets request.num_computed_tokens.
@@ -536,7 +636,7 @@ class KvtierConnector(KVConnectorBase_V1):
             self._async_tried.add(request.request_id)
         self._loads[request.request_id] = _Load(
             req_id=request.request_id, token_ids=list((request.prompt_token_ids or [])[:end]),
-            first_token=computed, block_ids=list(blocks.get_block_ids()[0]),
+            first_token=computed, block_ids=[list(b) for b in blocks.get_block_ids()],
             asynchronous=asynchronous)
 
     def update_connector_output(self, connector_output: Any) -> None:
@@ -580,12 +680,18 @@ class KvtierConnector(KVConnectorBase_V1):
             if not ids:
                 continue
             self._saves.append(_Save(req_id=req_id, token_ids=list(prompt[:full * self.block_tokens]),
-                                     block_ids=list(ids[0][:full * self.ratio]), final=False))
+                                     block_ids=[list(b[:full * self.ratio]) for b in ids],
+                                     final=False))
             self._prompt_issued.add(req_id)
             self._count("prompt_stores", 1)
 
     def request_finished(self, request: "Request",
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        return self.request_finished_all_groups(request, (block_ids,))
+
+    def request_finished_all_groups(
+            self, request: "Request",
+            block_ids: tuple[list[int], ...]) -> tuple[bool, dict[str, Any] | None]:
         req_id = request.request_id
         hits = self._hits.pop(req_id, 0)
         stored = self._prompt_stored.pop(req_id, 0)
@@ -598,8 +704,9 @@ class KvtierConnector(KVConnectorBase_V1):
             self._loading.discard(req_id)
             self._prompt_issued.discard(req_id)
             return False, None
-        # Tokens whose K and V are in vLLM's blocks: all but the last sampled one.
-        computed = min(request.num_computed_tokens, len(block_ids) * self.vllm_block)
+        # Tokens whose K and V are in vLLM's blocks: all but the last sampled one. (A
+        # sliding-window group's list runs as long, its blocks out of the window null.)
+        computed = min(request.num_computed_tokens, len(block_ids[0]) * self.vllm_block)
         full = computed // self.block_tokens
         # A store of the prompt may still be reading the blocks: a final store, queued
         # behind it on the worker, says when they may be freed.
@@ -609,7 +716,7 @@ class KvtierConnector(KVConnectorBase_V1):
             return False, None
         tokens = list(request.all_token_ids[:full * self.block_tokens])
         self._saves.append(_Save(req_id=req_id, token_ids=tokens,
-                                 block_ids=list(block_ids[:full * self.ratio])))
+                                 block_ids=[list(b[:full * self.ratio]) for b in block_ids]))
         return True, None  # vLLM frees the blocks once get_finished() reports the save
 
     # ---------------------------------------------------------------- worker
@@ -617,21 +724,22 @@ class KvtierConnector(KVConnectorBase_V1):
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         from vllm.model_executor.models.utils import extract_layer_index
 
-        names = sorted(kv_caches, key=extract_layer_index)
-        if len(names) != self.layout.layers:
-            raise ValueError(f"kvtier.vllm: {len(names)} KV cache tensors for a layout of "
-                             f"{self.layout.layers} layers")
-        self._layers = [self._paged_view(kv_caches[n], n) for n in names]
-        self._layer_index = {n: i for i, n in enumerate(names)}
+        for g in self.groups:
+            names = sorted(g.layer_names, key=extract_layer_index)
+            missing = [n for n in names if n not in kv_caches]
+            if missing:
+                raise ValueError(f"kvtier.vllm: no KV cache tensor for layers {missing}")
+            self._layers[g.index] = [self._paged_view(kv_caches[n], n, g) for n in names]
+            self._layer_index.update({n: (g.index, i) for i, n in enumerate(names)})
         self._saver = ThreadPoolExecutor(1, thread_name_prefix="kvtier-save")
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="kvtier-load")
 
-    def _paged_view(self, t: torch.Tensor, name: str) -> torch.Tensor:
+    def _paged_view(self, t: torch.Tensor, name: str, g: _GroupSpec) -> torch.Tensor:
         """One layer's paged cache as [blocks, 2 (K, V), r, n, kv_heads, head_dim].
 
         A vLLM block of ``vllm_block`` tokens is r kernel blocks of n tokens.
         """
-        heads, dim, bs = self.layout.kv_heads, self.layout.head_dim, self.vllm_block
+        heads, dim, bs = g.layout.kv_heads, g.layout.head_dim, self.vllm_block
         if t.dim() == 4 and t.shape[1] == heads and t.shape[3] == 2 * dim:
             # CPU_ATTN: [kernel blocks, H, n, 2*D], each head's n rows of K then n of V.
             n = t.shape[2]
@@ -647,6 +755,9 @@ class KvtierConnector(KVConnectorBase_V1):
         raise ValueError(f"kvtier.vllm: layer {name}: a KV cache of shape {tuple(t.shape)} "
                          f"is not a layout this connector reads (kv_heads {heads}, head size "
                          f"{dim}, block size {bs})")
+
+    def _all_layers(self) -> set[tuple[int, int]]:
+        return {(g, i) for g, layers in enumerate(self._layers) for i in range(len(layers))}
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
         """Acquires the step's blocks and stages their bytes; the layers follow.
@@ -665,83 +776,112 @@ class KvtierConnector(KVConnectorBase_V1):
                 assert self._loader is not None
                 self._loader.submit(self._load_async, load)
         self._staged = [staged for load in meta.loads if not load.asynchronous
-                        if (staged := self._load(load)) is not None]
+                        for staged in self._load(load)]
         self._copied = set()
         if not self._layerwise:
-            for layer in range(len(self._layers)):
-                self._copy_layer(layer)
+            for g, i in sorted(self._all_layers()):
+                self._copy_layer(g, i)
 
     def _load_async(self, load: _Load) -> None:
         """On the loader thread, while vLLM runs other requests: the request's blocks
         come from kvtierd (which reads them up from the SSD or the remote tier) into
         its vLLM blocks, every layer; then get_finished reports it loaded."""
         try:
-            staged = self._load(load, self.load_conn)
-            if staged is not None:
-                for layer, dst in enumerate(self._layers):
+            for staged in self._load(load, self.load_conns):
+                for layer, dst in enumerate(self._layers[staged.group]):
                     self._copy_staged(staged, layer, dst)
         except Exception:  # never leave the request waiting: what failed is recomputed
             logger.exception("kvtier: asynchronous load of request %s failed", load.req_id)
             with self._lock:
-                self._load_errors.update(load.block_ids[load.first_token // self.vllm_block:
-                                                        len(load.token_ids) // self.vllm_block])
+                for ids in load.block_ids:
+                    self._load_errors.update(b for b in ids[load.first_token // self.vllm_block:
+                                                            len(load.token_ids) // self.vllm_block]
+                                             if b)
         finally:
             with self._lock:
                 self._loaded.add(load.req_id)
 
-    def _load(self, load: _Load, conn: Optional[_Connection] = None) -> Optional[_Staged]:
-        """Acquires a request's kvtier blocks and stages their bytes (one copy out of the arena)."""
+    def _load(self, load: _Load, conns: Optional[list[_Connection]] = None) -> list[_Staged]:
+        """Acquires a request's kvtier blocks, group by group, and stages their bytes
+        (one copy out of the arena each).
+
+        A full-attention group loads the blocks from vLLM's own hit to the end of the
+        hit, a sliding-window group those of its window before the end. When a group
+        comes back short, the blocks from the first one missing are recomputed (with
+        a window group, all of the hit: its window is what vLLM needs first).
+        """
         T, r, bs = self.block_tokens, self.ratio, self.vllm_block
+        conns = conns or self.conns
         first_kb = load.first_token // T
         last_kb = len(load.token_ids) // T  # exclusive
-        # vLLM blocks to fill: those of the kvtier blocks, less the computed ones.
-        want = list(range(load.first_token // bs, last_kb * r))
-        L, _, _, H, D = self.layout.block_shape
-        device, dtype = self._layers[0].device, self._layers[0].dtype
+        got_kb = last_kb  # kvtier blocks every group has loaded up to
+        staged: list[tuple[_GroupSpec, int, Optional[torch.Tensor]]] = []
+        for g in self.groups:
+            begin = max(first_kb, g.first_block(last_kb * T, T))
+            L, _, _, H, D = g.layout.block_shape
+            device, dtype = self._layers[g.index][0].device, self._layers[g.index][0].dtype
 
-        def stage(client: Client) -> Optional[torch.Tensor]:
-            keys = client.block_keys(load.token_ids)[first_kb:last_kb]
-            with client.acquire(keys, tier=self.settings.tier) as lease:
-                n = len(lease)
-                if not n:
-                    return None
-                src = torch.stack([torch.from_dlpack(lease[i]) for i in range(n)])
-            return src.view(dtype).view(n, L, 2, r, bs, H, D).to(device, non_blocking=True)
+            def stage(client: Client, begin: int = begin, L: int = L, H: int = H, D: int = D,
+                      device: Any = device, dtype: Any = dtype) -> Optional[torch.Tensor]:
+                keys = client.block_keys(load.token_ids)[begin:last_kb]
+                with client.acquire(keys, tier=self.settings.tier) as lease:
+                    n = len(lease)
+                    if not n:
+                        return None
+                    src = torch.stack([torch.from_dlpack(lease[i]) for i in range(n)])
+                return src.view(dtype).view(n, L, 2, r, bs, H, D).to(device, non_blocking=True)
 
-        src = self._call("load", stage, conn)
-        n = 0 if src is None else src.shape[0]
-        got = [v for v in want if v < (first_kb + n) * r]
-        failed = [load.block_ids[v] for v in want[len(got):]]
-        self._count("loaded_blocks", len(got))
+            src = self._call("load", stage, conns[g.index])
+            n = 0 if src is None else src.shape[0]
+            if begin + n < last_kb:
+                got_kb = min(got_kb, begin + n)
+            staged.append((g, begin, src))
+        if got_kb < last_kb and any(g.window for g in self.groups):
+            got_kb = first_kb  # a window before got_kb was not loaded: recompute the hit
+        out: list[_Staged] = []
+        loaded = failed = wanted = 0
+        for g, begin, src in staged:
+            ids_all = load.block_ids[g.index]
+            # vLLM blocks to fill: those of the kvtier blocks, less the computed ones.
+            want = list(range(max(load.first_token // bs, begin * r), last_kb * r))
+            got = [v for v in want if v < got_kb * r]
+            bad = [ids_all[v] for v in want[len(got):] if ids_all[v]]
+            wanted += len(want)
+            loaded += len(got)
+            failed += len(bad)
+            if bad:
+                with self._lock:
+                    self._load_errors.update(bad)
+            if src is None or not got:
+                continue
+            skip = got[0] - begin * r  # leading vLLM blocks vLLM had already
+            ids = [ids_all[v] for v in got]
+            out.append(_Staged(group=g.index, src=src, skip=skip, block_ids=ids,
+                               ids=torch.tensor(ids, device=src.device)))
+        self._count("loaded_blocks", loaded)
         if failed:
-            self._count("load_failed_blocks", len(failed))
+            self._count("load_failed_blocks", failed)
             logger.warning("kvtier: request %s: %d of %d blocks not loaded from kvtierd; vLLM "
-                           "recomputes them", load.req_id, len(failed), len(want))
-            with self._lock:
-                self._load_errors.update(failed)
-        if src is None:
-            return None
-        # vLLM blocks of these kvtier blocks; those computed already keep their bytes.
-        skip = load.first_token // bs - first_kb * r
-        ids = [load.block_ids[v] for v in got]
-        return _Staged(src=src, skip=skip, block_ids=ids,
-                       ids=torch.tensor(ids, device=device))
+                           "recomputes them", load.req_id, failed, wanted)
+        return out
 
-    def _copy_layer(self, layer: int) -> None:
+    def _copy_layer(self, group: int, layer: int) -> None:
         """Copies one layer of every staged block into vLLM's blocks: one index_put each."""
-        if layer in self._copied:
+        if (group, layer) in self._copied:
             return
-        self._copied.add(layer)
-        dst = self._layers[layer]
+        self._copied.add((group, layer))
+        dst = self._layers[group][layer]
         for st in self._staged:
-            self._copy_staged(st, layer, dst)
+            if st.group == group:
+                self._copy_staged(st, layer, dst)
 
     def _copy_staged(self, st: _Staged, layer: int, dst: torch.Tensor) -> None:
         r, bs = self.ratio, self.vllm_block
-        _, _, _, H, D = self.layout.block_shape
+        _, _, _, H, D = self.groups[st.group].layout.block_shape
         n = st.src.shape[0]
         # [n, 2, r, bs, H, D] -> [n * r, 2, bs, H, D] -> dst's [blocks, 2, r', n', H, D]
-        part = st.src[:, layer].transpose(1, 2).reshape(n * r, 2, bs, H, D)[st.skip:]
+        part = st.src[:, layer].transpose(1, 2).reshape(n * r, 2, bs, H, D)
+        part = part[st.skip:st.skip + len(st.block_ids)]
         dst[st.ids] = part.unflatten(2, dst.shape[2:4])
 
     def _call(self, what: str, fn: Any, conn: Optional[_Connection] = None) -> Any:
@@ -768,19 +908,20 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         if self._staged:
-            layer = self._layer_index.get(layer_name)
-            if layer is not None:
-                self._copy_layer(layer)
+            where = self._layer_index.get(layer_name)
+            if where is not None:
+                self._copy_layer(*where)
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
                       attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
         return  # a finished request's blocks are saved whole, off the forward
 
     def wait_for_save(self) -> None:
-        if self._staged and len(self._copied) < len(self._layers):
+        if self._staged and self._copied != self._all_layers():
             # The forward ran without asking for some layers: what it read there
             # was not kvtier's. Report the blocks, so that vLLM recomputes them.
-            missed = sorted(set(range(len(self._layers))) - self._copied)
+            by_name = {where: name for name, where in self._layer_index.items()}
+            missed = sorted(by_name[w] for w in self._all_layers() - self._copied)
             logger.warning("kvtier: vLLM ran layers %s without waiting for their load; the "
                            "loaded blocks are recomputed, and from now on every layer is "
                            "loaded before the forward", missed)
@@ -795,14 +936,15 @@ class KvtierConnector(KVConnectorBase_V1):
             failed = set(self._load_errors)  # this step's: vLLM reads them after this
         for save in meta.saves:
             assert self._saver is not None
-            bad = [i for i, b in enumerate(save.block_ids) if b in failed]
+            bad = [i for ids in save.block_ids for i, b in enumerate(ids) if b and b in failed]
             if bad:
                 # A block whose load failed this step holds no valid K and V, and every
                 # block after it was computed over it: store only what comes before
                 # (vLLM recomputes the rest; the final store brings it in).
-                keep = bad[0] // self.ratio
+                keep = min(bad) // self.ratio
                 save = _Save(req_id=save.req_id, token_ids=save.token_ids[:keep * self.block_tokens],
-                             block_ids=save.block_ids[:keep * self.ratio], final=save.final)
+                             block_ids=[ids[:keep * self.ratio] for ids in save.block_ids],
+                             final=save.final)
             with self._lock:  # registered before the saver can report it
                 future = self._saver.submit(self._save, save)
                 self._in_flight.setdefault(save.req_id, []).append(future)
@@ -820,30 +962,40 @@ class KvtierConnector(KVConnectorBase_V1):
                 f.result()
 
     def _save(self, save: _Save) -> None:
-        """Off the forward's thread: allocate slots, copy the blocks in, commit."""
+        """Off the forward's thread: allocate slots, copy the blocks in, commit; a
+        full-attention group stores the whole chain, a sliding-window group the blocks
+        of its window before the end (with no parent: the chain's blocks before them
+        are not its to store)."""
+        T = self.block_tokens
 
-        def store(client: Client) -> int:
+        def store(client: Client, g: _GroupSpec) -> int:
             # The whole chain: blocks cached already come back EXISTS, copied by no one.
-            keys = client.block_keys(save.token_ids)
-            if not keys:
+            chain = client.block_keys(save.token_ids)
+            if not chain:
+                return 0
+            first = g.first_block(len(chain) * T, T)
+            keys = chain[first:]
+            ids = save.block_ids[g.index][first * self.ratio:len(chain) * self.ratio]
+            if 0 in ids:  # vLLM freed part of the window already (a long output)
                 return 0
             with client.allocate(keys, tier=self.settings.tier) as write:
                 to_fill = write.allocated
                 if to_fill:
-                    self._copy_out(write, to_fill, save)
+                    self._copy_out(write, to_fill, ids, g)
                 write.commit()
             if self.settings.retention_priority is not None:
                 client.set_retention(keys, [Retention(
-                    0, len(keys) * self.block_tokens, self.settings.retention_priority,
+                    0, len(keys) * T, self.settings.retention_priority,
                     self.settings.retention_duration_ms)])
             return len(to_fill)
 
         try:
-            stored = self._call(f"store of request {save.req_id}", store, self.save_conn)
-            if stored is None:
+            results = [self._call(f"store of request {save.req_id}",
+                                  lambda c, g=g: store(c, g), self.save_conns[g.index])
+                       for g in self.groups]
+            if any(r is None for r in results):
                 self._count("save_failures", 1)
-            else:
-                self._count("saved_blocks", stored)
+            self._count("saved_blocks", sum(r for r in results if r))
         except Exception:  # never leave vLLM waiting for blocks to be freed
             self._count("save_failures", 1)
             logger.exception("kvtier: store of request %s failed", save.req_id)
@@ -855,16 +1007,18 @@ class KvtierConnector(KVConnectorBase_V1):
                 else:
                     self._count("prompt_stores", 1)
 
-    def _copy_out(self, write: Any, to_fill: list[int], save: _Save) -> None:
+    def _copy_out(self, write: Any, to_fill: list[int], block_ids: list[int],
+                  g: _GroupSpec) -> None:
         """Gathers the blocks of the slots to fill, one index per layer, then one copy per slot."""
         r, bs = self.ratio, self.vllm_block
-        L, _, T, H, D = self.layout.block_shape
+        L, _, T, H, D = g.layout.block_shape
+        layers = self._layers[g.index]
         n = len(to_fill)
-        ids = torch.tensor([save.block_ids[i * r + j] for i in to_fill for j in range(r)],
-                           device=self._layers[0].device)
-        staged = torch.empty((n, L, 2, r, bs, H, D), dtype=self._layers[0].dtype,
-                             device=self._layers[0].device)
-        for layer, src in enumerate(self._layers):
+        ids = torch.tensor([block_ids[i * r + j] for i in to_fill for j in range(r)],
+                           device=layers[0].device)
+        staged = torch.empty((n, L, 2, r, bs, H, D), dtype=layers[0].dtype,
+                             device=layers[0].device)
+        for layer, src in enumerate(layers):
             part = src[ids]  # [n * r, 2, r', n', H, D]
             staged[:, layer] = part.reshape(n, r, 2, bs, H, D).transpose(1, 2)
         staged = staged.cpu() if self.settings.tier == Tier.HOST else staged
@@ -899,5 +1053,6 @@ class KvtierConnector(KVConnectorBase_V1):
                         "stores failed, %d prompts stored at the end of their prefill)",
                         c["loaded_blocks"], c["load_failed_blocks"], c["saved_blocks"],
                         c["save_failures"], c["prompt_stores"])
-        for conn in {id(c): c for c in (self.conn, self.load_conn, self.save_conn)}.values():
+        conns = self.conns + self.load_conns + self.save_conns
+        for conn in {id(c): c for c in conns}.values():
             conn.close()

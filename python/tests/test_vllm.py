@@ -170,25 +170,48 @@ def test_bad_settings_are_refused_clearly(start_daemon, model_dir, tmp_path) -> 
 
 
 def test_kv_caches_it_cannot_store_exactly_are_refused_at_start() -> None:
-    """MLA's latent cache (no K/V split), a sliding window (blocks outside it
-    are freed and reused) and several KV cache groups are refused with the
-    spec's name, never stored in a layout that would serve wrong blocks."""
+    """MLA's latent cache (no K/V split) and Mamba's state are refused with the spec's
+    name, as are groups of several block sizes and a sliding window in kvtier blocks
+    of several vLLM blocks (vLLM frees a window's blocks one at a time), never stored
+    in a layout that would serve wrong blocks. Full-attention and sliding-window
+    groups get a namespace each, the window's first block needed following vLLM's rule."""
     import types
 
     import torch
     from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheGroupSpec,
-                                            MLAAttentionSpec, SlidingWindowSpec)
+                                            MambaSpec, MLAAttentionSpec, SlidingWindowSpec)
 
     from kvtier.vllm import Settings, _namespace
 
     settings = Settings.from_extra_config({"socket": "/s"})
     mla = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.float16)
+    mamba = MambaSpec(block_size=16, shapes=((4, 8),), dtypes=(torch.float16,))
     window = SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float16,
                                sliding_window=128)
     full = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float16)
-    for specs, message in (([mla], "not MLAAttentionSpec"), ([window], "not SlidingWindowSpec"),
-                           ([full, window], "2 groups")):
-        config = types.SimpleNamespace(
+    full32 = FullAttentionSpec(block_size=32, num_kv_heads=2, head_size=64, dtype=torch.float16)
+    vllm_config = types.SimpleNamespace(
+        model_config=types.SimpleNamespace(model="m"),
+        cache_config=types.SimpleNamespace(cache_dtype="auto"),
+        parallel_config=types.SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1))
+
+    def config(*specs: Any) -> Any:
+        return types.SimpleNamespace(
             kv_cache_groups=[KVCacheGroupSpec([f"l{i}"], s) for i, s in enumerate(specs)])
+
+    for specs, message in (([mla], "not MLAAttentionSpec"), ([full, mamba], "not MambaSpec"),
+                           ([full, full32], "different block sizes")):
         with pytest.raises(ValueError, match=message):
-            _namespace(None, config, settings, 0, 0)
+            _namespace(vllm_config, config(*specs), settings, 0, 0)
+    with pytest.raises(ValueError, match="sliding-window model takes vLLM's block size"):
+        _namespace(vllm_config, config(full, window),
+                   Settings.from_extra_config({"socket": "/s", "block_tokens": 32}), 0, 0)
+    groups, block = _namespace(vllm_config, config(full, window), settings, 0, 0)
+    assert block == 16 and [g.window for g in groups] == [0, 128]
+    assert groups[0].model_id != groups[1].model_id
+    assert all(g.model_id.startswith("m|vllm-") for g in groups)
+    # After 160 tokens the next one attends to tokens 33..160: blocks 2 on (of 16).
+    assert [g.first_block(160, 16) for g in groups] == [0, 2]
+    # One group: the namespace as before hybrid models (the caches already stored hit).
+    (only,), _ = _namespace(vllm_config, config(full), settings, 0, 0)
+    assert "|group" not in only.model_id

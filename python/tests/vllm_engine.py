@@ -44,14 +44,33 @@ TINY = dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_
             initializer_range=0.1)
 
 
+# Gemma 3's text model: sliding-window layers (a window of 256 tokens, two vLLM
+# blocks on the CPU) between full-attention ones, vLLM's hybrid KV cache: two groups.
+TINY_GEMMA3 = dict(architecture="gemma3", vocab_size=1000, hidden_size=128,
+                   intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
+                   sliding_window=256, initializer_range=0.1,
+                   layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                "full_attention"])
+
+
 def write_model(path: str, config: dict, seed: int = 0) -> None:
-    """A Llama made from `config` with seeded random weights, saved as safetensors."""
+    """A model made from `config` with seeded random weights, saved as safetensors: a
+    Llama, or the architecture `config["architecture"]` names ("gemma3")."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     if os.path.exists(os.path.join(path, "model.safetensors")):
         return
     torch.manual_seed(seed)
+    config = dict(config)
+    arch = config.pop("architecture", "llama")
+    if arch == "gemma3":
+        from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+        Gemma3ForCausalLM(Gemma3TextConfig(**config)).save_pretrained(path)
+        return
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     LlamaForCausalLM(LlamaConfig(**config)).save_pretrained(path)
 
 
