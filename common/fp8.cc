@@ -96,7 +96,8 @@ void Narrow(float v, bool bf16, std::byte* p) {
 }
 
 // ---- the slice operations ----
-// A slice is one (layer, K or V) of a block: [token][kv_head][head_dim]
+// A slice is one (layer, plane) of a block -- its K or V, or an MLA
+// layout's latent: [token][kv_head][head_dim]
 // values, its rows (token, head) of head_dim each; a head's scale covers
 // its rows of every token.
 
@@ -391,8 +392,9 @@ const SliceOps& Ops() {
 bool Is16Bit(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 
 std::string SliceName(const Layout& l, uint64_t slice, uint32_t head) {
-  return "layer " + std::to_string(slice / 2) + (slice % 2 == 0 ? " K" : " V") + " head " +
-         std::to_string(head) + " of " + l.ToString();
+  const std::string plane = l.kind == KvKind::kLatent ? " latent" : slice % 2 == 0 ? " K" : " V";
+  return "layer " + std::to_string(slice / l.Planes()) + plane + " head " + std::to_string(head) +
+         " of " + l.ToString();
 }
 
 }  // namespace
@@ -470,7 +472,8 @@ Status QuantizeBlock(const Layout& from, DType fp8, std::span<const std::byte> i
   std::vector<float> amax(shape.heads), inv(shape.heads), lanes(8 * shape.heads);
   auto* codes = reinterpret_cast<uint8_t*>(out.data());
   std::byte* scales = out.data() + to.ValueBytes();
-  for (uint64_t slice = 0; slice < 2ULL * from.layers; ++slice) {
+  const uint64_t slices = uint64_t{from.Planes()} * from.layers;
+  for (uint64_t slice = 0; slice < slices; ++slice) {
     const std::byte* src = in.data() + 2 * slice * slice_values;
     if (const int bad = ops.amax(src, shape, bf16, amax.data(), lanes.data()); bad >= 0) {
       return InvalidArgumentError(
@@ -482,7 +485,7 @@ Status QuantizeBlock(const Layout& from, DType fp8, std::span<const std::byte> i
       inv[h] = 1.0f / scale;
       std::memcpy(scales + 4 * (slice * shape.heads + h), &scale, 4);
     }
-    const std::byte* next = slice + 1 < 2ULL * from.layers ? src + 2 * slice_values : nullptr;
+    const std::byte* next = slice + 1 < slices ? src + 2 * slice_values : nullptr;
     ops.quantize(src, shape, bf16, inv.data(), f, codes + slice * slice_values, next);
   }
   return Status::Ok();
@@ -508,7 +511,8 @@ Status DequantizeBlock(const Layout& fp8_layout, DType to, std::span<const std::
   const size_t slice_values = shape.tokens * shape.heads * shape.d;
   const auto* codes = reinterpret_cast<const uint8_t*>(in.data());
   std::vector<float> scale(shape.heads);
-  for (uint64_t slice = 0; slice < 2ULL * fp8_layout.layers; ++slice) {
+  const uint64_t slices = uint64_t{fp8_layout.Planes()} * fp8_layout.layers;
+  for (uint64_t slice = 0; slice < slices; ++slice) {
     std::memcpy(scale.data(), in.data() + fp8_layout.ValueBytes() + 4 * slice * shape.heads,
                 4 * shape.heads);
     for (size_t h = 0; h < shape.heads; ++h) {

@@ -1,7 +1,8 @@
 // fp8 KV blocks (DESIGN.md §1, docs/fp8.md): the two 8-bit formats, their
 // conversions, and the block format of an fp8 namespace — one byte per
-// value plus one fp32 scale per (layer, K or V, KV head) — with the CPU
-// codecs that turn an fp16/bf16 block into one and back.
+// value plus one fp32 scale per (layer, plane, KV head) — K or V, or an
+// MLA layout's one latent plane (common/layout.h) — with the CPU codecs that
+// turn an fp16/bf16 block into one and back.
 //
 // Formats (OCP 8-bit floating point, as NVIDIA's __nv_fp8 and vLLM's):
 //   e4m3 ("e4m3fn"): bias 7, no infinities, NaN = S.1111.111, largest finite
@@ -15,15 +16,15 @@
 // makes it right, and a block that is garbage should not be cached as data.
 //
 // Block format of an fp8 namespace, layout L (L.dtype e4m3 or e5m2):
-//   bytes [0, L.ValueBytes()): the values, [layer][k|v][token][kv_head]
-//     [head_dim], one code each, exactly where the fp16 layout has them
-//     (offsets divided by 2);
-//   bytes [L.ValueBytes(), L.BlockBytes()): the scales, [layer][k|v]
+//   bytes [0, L.ValueBytes()): the values, [layer][plane][token][kv_head]
+//     [head_dim] (plane: k|v, or the latent alone), one code each, exactly
+//     where the fp16 layout has them (offsets divided by 2);
+//   bytes [L.ValueBytes(), L.BlockBytes()): the scales, [layer][plane]
 //     [kv_head] fp32 little-endian, L.ScaleBytes() bytes.
-// Value v of (layer, kv, head) stands for Fp8ToFloat(v) * scale. A scale is
+// Value v of (layer, plane, head) stands for Fp8ToFloat(v) * scale. A scale is
 // positive and finite; a worker may write its own (vLLM's per-layer k_scale
 // and v_scale repeated over the heads, say) or let QuantizeBlock compute
-// them: amax of the (layer, kv, head) slice / the format's largest finite
+// them: amax of the (layer, plane, head) slice / the format's largest finite
 // (at least 2^-126, so that its inverse is finite), 1 for an all-zero
 // slice. Quantizing multiplies by 1 / scale, in fp32.
 //

@@ -243,5 +243,63 @@ TEST(Fp8Test, AnAllZeroSliceKeepsScaleOneAndComesBackZero) {
   EXPECT_EQ(back, in);
 }
 
+// An MLA latent block: one plane per layer, so one scale per layer, each
+// the amax of that layer's latents; the bytes are those of a K/V layout of
+// half the layers, whose planes sit where the latent layers do.
+TEST(Fp8Test, ALatentBlockHasAScalePerLayerAndRoundTrips) {
+  for (bool scalar : {false, true}) {
+    SetFp8CodecScalarForTesting(scalar);
+    for (DType wide : {DType::kFloat16, DType::kBFloat16}) {
+      const Layout latent{4, 1, 576, wide, 16, KvKind::kLatent};  // 512 + 64 rope dims
+      const Layout fp8 = Fp8LayoutOf(latent, DType::kFp8E4M3);
+      EXPECT_EQ(fp8.kind, KvKind::kLatent);
+      EXPECT_EQ(fp8.ScaleBytes(), 4u * 4);
+      EXPECT_EQ(fp8.BlockBytes(), 4u * 16 * 576 + 4 * 4);
+      ASSERT_TRUE(CheckQuantize(latent, Quantize::kFp8E4M3).ok());
+      EXPECT_EQ(StoredLayout(latent, Quantize::kFp8E4M3), fp8);
+
+      const std::vector<std::byte> in = RandomBlock(latent, 21);
+      std::vector<std::byte> q(fp8.BlockBytes()), back(latent.BlockBytes());
+      ASSERT_TRUE(QuantizeBlock(latent, DType::kFp8E4M3, in, q).ok());
+      const size_t per_layer = size_t{16} * 576;
+      for (size_t layer = 0; layer < 4; ++layer) {
+        float amax = 0;
+        for (size_t i = 0; i < per_layer; ++i) {
+          amax = std::max(amax, std::fabs(Widen(in, layer * per_layer + i, wide)));
+        }
+        float scale;
+        std::memcpy(&scale, q.data() + fp8.ValueBytes() + 4 * layer, 4);
+        EXPECT_EQ(scale, amax / Fp8MaxFinite(DType::kFp8E4M3)) << layer;
+      }
+      ASSERT_TRUE(DequantizeBlock(fp8, wide, q, back).ok());
+      const double narrow_rel =
+          wide == DType::kFloat16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+      for (size_t i = 0; i < latent.ValueBytes() / 2; ++i) {
+        float scale;
+        std::memcpy(&scale, q.data() + fp8.ValueBytes() + 4 * (i / per_layer), 4);
+        const double x = Widen(in, i, wide), y = Widen(back, i, wide);
+        const double bound = std::fabs(x) * (std::ldexp(1.0, -4) + narrow_rel) +
+                             scale * std::ldexp(1.0, -10) * (1 + narrow_rel) + std::ldexp(1.0, -25);
+        ASSERT_LE(std::fabs(y - x), bound) << DTypeName(wide) << " " << i;
+      }
+
+      const Layout kv{2, 1, 576, wide, 16};
+      ASSERT_EQ(kv.BlockBytes(), latent.BlockBytes());
+      std::vector<std::byte> kv_q(Fp8LayoutOf(kv, DType::kFp8E4M3).BlockBytes());
+      ASSERT_TRUE(QuantizeBlock(kv, DType::kFp8E4M3, in, kv_q).ok());
+      EXPECT_EQ(kv_q, q);
+
+      // A NaN is named by its layer, as a latent.
+      std::vector<std::byte> poisoned = in;
+      const uint16_t nan = wide == DType::kFloat16 ? 0x7e00 : 0x7fc0;
+      std::memcpy(poisoned.data() + 2 * (2 * per_layer + 100), &nan, 2);
+      const Status s = QuantizeBlock(latent, DType::kFp8E4M3, poisoned, q);
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(s.message().find("layer 2 latent head 0"), std::string::npos) << s.ToString();
+    }
+    SetFp8CodecScalarForTesting(false);
+  }
+}
+
 }  // namespace
 }  // namespace kvtier
