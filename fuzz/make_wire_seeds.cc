@@ -50,6 +50,10 @@ int Run(const std::string& dir) {
   hello.layout = SmallLayout();
   hello.client_name = "seed";
   EncodeHello(1, hello, add("req_hello"));
+  HelloRequest latent = hello;  // an MLA namespace: quantize_lower 0, then layout_kind
+  latent.layout.kv_heads = 1;
+  latent.layout.kind = KvKind::kLatent;
+  EncodeHello(1, latent, add("req_hello_latent"));
   EncodeKeys(Opcode::kLookup, 2, keys, add("req_lookup"));
   EncodeKeys(Opcode::kGet, 3, keys, add("req_get"));
   EncodeKeys(Opcode::kRemove, 4, keys, add("req_remove"));

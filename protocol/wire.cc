@@ -115,7 +115,12 @@ void EncodeHello(uint64_t request_id, const HelloRequest& r, std::vector<std::by
   WriteString(w, r.salt);
   WriteLayout(w, r.layout);
   WriteString(w, r.client_name);
-  if (r.quantize_lower != Quantize::kOff) w.U8(static_cast<uint8_t>(r.quantize_lower));
+  // Optional trailing fields (protocol/wire.h): quantize_lower is written
+  // when it is not off or when layout_kind follows it; layout_kind only for
+  // a layout other than K/V.
+  const bool latent = r.layout.kind != KvKind::kKeyValue;
+  if (latent || r.quantize_lower != Quantize::kOff) w.U8(static_cast<uint8_t>(r.quantize_lower));
+  if (latent) w.U8(static_cast<uint8_t>(r.layout.kind));
   EndFrame(start, out);
 }
 

@@ -97,8 +97,11 @@ struct HelloRequest {
   Layout layout;
   std::string client_name;
   // Quantize on demote for the namespace (docs/fp8.md). Optional on the
-  // wire: a trailing u8 sent only when not kOff, so a daemon from before it
-  // still takes every HELLO that does not ask for it.
+  // wire: a trailing u8 sent only when not kOff or when layout_kind follows,
+  // so a daemon from before it still takes every HELLO that does not ask
+  // for it. layout.kind travels as a further optional u8, layout_kind, after
+  // it: sent only for kLatent (a daemon from before it refuses such a HELLO
+  // as having trailing bytes, never mistakes it for a K/V namespace).
   Quantize quantize_lower = Quantize::kOff;
 };
 

@@ -181,6 +181,8 @@ inline Status ReadString(ByteReader& r, std::string_view field, std::string* s) 
   return Status::Ok();
 }
 
+// The 17 bytes of a Layout, kind kKeyValue. Not validated: HELLO's optional
+// layout_kind, after client_name, may still make it a latent layout.
 inline Status ReadLayout(ByteReader& r, Layout* l) {
   uint8_t dtype = 0;
   KVTIER_RETURN_IF_ERROR(r.U32("layout.layers", &l->layers));
@@ -190,7 +192,8 @@ inline Status ReadLayout(ByteReader& r, Layout* l) {
   KVTIER_RETURN_IF_ERROR(r.U32("layout.block_tokens", &l->block_tokens));
   if (dtype > kMaxDType) return InvalidArgumentError("unknown dtype " + Num(dtype));
   l->dtype = static_cast<DType>(dtype);
-  return l->Validate().WithContext("bad layout");
+  l->kind = KvKind::kKeyValue;
+  return Status::Ok();
 }
 
 // A u8 enum whose values are 0..max.
@@ -232,12 +235,32 @@ inline Status DecodeHelloBody(ByteReader& r, HelloRequest* m) {
   KVTIER_RETURN_IF_ERROR(ReadString(r, "salt", &m->salt));
   KVTIER_RETURN_IF_ERROR(ReadLayout(r, &m->layout));
   KVTIER_RETURN_IF_ERROR(ReadString(r, "client_name", &m->client_name));
-  if (r.remaining() == 0) return Status::Ok();  // quantize_lower: off
-  KVTIER_RETURN_IF_ERROR(
-      ReadEnum(r, "quantize_lower", static_cast<uint8_t>(Quantize::kFp8E5M2), &m->quantize_lower));
-  if (m->quantize_lower == Quantize::kOff) {
-    return InvalidArgumentError("quantize_lower 0 (off) is sent by leaving the field out");
+  m->quantize_lower = Quantize::kOff;
+  // Optional: u8 quantize_lower, then u8 layout_kind. Each is left out when
+  // it is the default (off, kv) and nothing follows it, so that there is one
+  // encoding of each HELLO and a daemon from before them takes every HELLO
+  // that does not need them.
+  if (r.remaining() > 0) {
+    KVTIER_RETURN_IF_ERROR(ReadEnum(r, "quantize_lower", static_cast<uint8_t>(Quantize::kFp8E5M2),
+                                    &m->quantize_lower));
+    if (r.remaining() == 0 && m->quantize_lower == Quantize::kOff) {
+      return InvalidArgumentError(
+          "quantize_lower 0 (off) is sent by leaving the field out (it is written only before a "
+          "layout_kind)");
+    }
   }
+  if (r.remaining() > 0) {
+    uint8_t kind = 0;
+    KVTIER_RETURN_IF_ERROR(r.U8("layout_kind", &kind));
+    if (kind == static_cast<uint8_t>(KvKind::kKeyValue)) {
+      return InvalidArgumentError("layout_kind 0 (kv) is sent by leaving the field out");
+    }
+    if (kind > kMaxKvKind) {
+      return InvalidArgumentError("unknown layout_kind " + Num(kind) + " (0 kv, 1 latent)");
+    }
+    m->layout.kind = static_cast<KvKind>(kind);
+  }
+  KVTIER_RETURN_IF_ERROR(m->layout.Validate().WithContext("bad layout"));
   return CheckQuantize(m->layout, m->quantize_lower);
 }
 

@@ -165,14 +165,70 @@ TEST(WireRequest, HelloCarriesQuantizeLowerOnlyWhenAskedFor) {
   Bytes wide;
   EncodeHello(1, fp32, &wide);
   refused(wide, "needs an fp16 or bf16 namespace");
-  Frame f = Split(on);
-  FrameHeader h = f.h;
-  h.payload_bytes += 1;
-  Bytes payload(f.payload.begin(), f.payload.end());
-  payload.push_back(std::byte{1});
-  auto r = DecodeRequest(h, payload, kMaxKeys);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("1 trailing bytes"), std::string_view::npos);
+  // A byte after it is the layout_kind: 1 (latent) is refused for this
+  // layout's 4 KV heads.
+  Bytes kind = on;
+  kind.push_back(std::byte{1});
+  refused(WithPayloadBytes(kind), "an MLA latent layout has kv_heads 1");
+}
+
+TEST(WireRequest, HelloCarriesALatentLayoutAsATrailingKind) {
+  HelloRequest in = TestHello();
+  in.layout.kv_heads = 1;
+  in.layout.head_dim = 576;  // DeepSeek-V3: kv_lora_rank 512 + 64 rope dims
+  Bytes kv, latent;
+  EncodeHello(1, in, &kv);
+  in.layout.kind = KvKind::kLatent;
+  EncodeHello(1, in, &latent);
+  // quantize_lower 0, written because layout_kind 1 follows it.
+  ASSERT_EQ(latent.size(), kv.size() + 2);
+  EXPECT_EQ(latent[latent.size() - 2], std::byte{0});
+  EXPECT_EQ(latent.back(), std::byte{1});
+  EXPECT_TRUE(std::equal(kv.begin() + kHeaderBytes, kv.end(), latent.begin() + kHeaderBytes));
+  HelloRequest got = DecodeAs<HelloRequest>(latent);
+  EXPECT_EQ(got.layout, in.layout);
+  EXPECT_EQ(got.layout.kind, KvKind::kLatent);
+  EXPECT_EQ(got.quantize_lower, Quantize::kOff);
+  EXPECT_EQ(DecodeAs<HelloRequest>(kv).layout.kind, KvKind::kKeyValue);
+  EXPECT_NE(got.layout, DecodeAs<HelloRequest>(kv).layout);
+
+  // With quantize on demote: both fields set.
+  in.quantize_lower = Quantize::kFp8E4M3;
+  Bytes both;
+  EncodeHello(1, in, &both);
+  ASSERT_EQ(both.size(), latent.size());
+  EXPECT_EQ(both[both.size() - 2], std::byte{1});
+  got = DecodeAs<HelloRequest>(both);
+  EXPECT_EQ(got.layout, in.layout);
+  EXPECT_EQ(got.quantize_lower, Quantize::kFp8E4M3);
+
+  auto refused = [](const Bytes& frame, std::string_view why) {
+    Frame f = Split(frame);
+    auto r = DecodeRequest(f.h, f.payload, kMaxKeys);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(why), std::string_view::npos) << r.status().ToString();
+  };
+  // kv is sent by leaving layout_kind out: an explicit 0 is refused, as is
+  // an unknown kind.
+  Bytes bad = latent;
+  bad.back() = std::byte{0};
+  refused(bad, "layout_kind 0 (kv) is sent by leaving the field out");
+  bad.back() = std::byte{2};
+  refused(bad, "unknown layout_kind 2");
+  // quantize_lower 0 with no layout_kind after it, as before.
+  bad.pop_back();
+  refused(WithPayloadBytes(bad), "quantize_lower 0 (off)");
+  // A byte after layout_kind is trailing.
+  bad = latent;
+  bad.push_back(std::byte{1});
+  refused(WithPayloadBytes(bad), "1 trailing bytes");
+  // A latent layout must have one KV head.
+  HelloRequest heads = in;
+  heads.layout.kv_heads = 2;
+  Bytes two;
+  EncodeHello(1, heads, &two);
+  refused(two, "an MLA latent layout has kv_heads 1");
 }
 
 TEST(WireRequest, HelloEmptyAndMaximalStrings) {

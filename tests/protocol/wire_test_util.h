@@ -46,6 +46,15 @@ struct Frame {
   std::span<const std::byte> payload;
 };
 
+// `frame` with its header's payload_bytes set to what follows the header
+// (after a test appended or removed payload bytes).
+inline Bytes WithPayloadBytes(Bytes frame) {
+  FrameHeader h = DecodeHeader(std::span(frame).first(kHeaderBytes), kMaxPayloadBytes).value();
+  h.payload_bytes = static_cast<uint32_t>(frame.size() - kHeaderBytes);
+  EncodeHeader(h, std::span(frame).first(kHeaderBytes));
+  return frame;
+}
+
 inline Frame Split(const Bytes& frame) {
   auto h = DecodeHeader(frame, kMaxPayloadBytes);
   EXPECT_TRUE(h.ok()) << h.status().ToString();
