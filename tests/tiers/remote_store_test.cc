@@ -126,6 +126,45 @@ TEST(RemoteValueTest, AValueDecodesOnlyAsTheBlockItWasMadeFor) {
   EXPECT_EQ(DecodeRemoteValue(text.substr(1), ns, key, out).code(), StatusCode::kCorruption);
 }
 
+// An MLA latent namespace: its kind in the header (@49) and in its id, and a
+// block of one kind never decodes as the other's. K/V ids are those of
+// kvtierds from before kinds, so that they still share blocks.
+TEST(RemoteValueTest, TheLayoutKindIsInTheHeaderAndTheIdOfALatentNamespaceOnly) {
+  EXPECT_EQ(RemoteNamespaceId("m", "", SmallLayout()), 0x6c9caf3b6241d941ULL);
+  Layout kv = SmallLayout();
+  kv.kv_heads = 1;
+  Layout latent = kv;
+  latent.kind = KvKind::kLatent;
+  EXPECT_NE(RemoteNamespaceId("m", "", latent), RemoteNamespaceId("m", "", kv));
+
+  const RemoteNamespace ns{RemoteNamespaceId("m", "", latent), latent};
+  const BlockKey key{7, 9};
+  const std::vector<std::byte> payload = Payload(key, latent.BlockBytes());
+  const std::vector<std::byte> value = EncodeRemoteValue(ns, key, payload);
+  EXPECT_EQ(value[48], static_cast<std::byte>(DType::kFloat16));
+  EXPECT_EQ(value[49], std::byte{1});
+  for (size_t i = 50; i < 56; ++i) EXPECT_EQ(value[i], std::byte{0}) << i;
+  const std::string_view text(reinterpret_cast<const char*>(value.data()), value.size());
+  std::vector<std::byte> out(payload.size());
+  ASSERT_TRUE(DecodeRemoteValue(text, ns, key, out).ok());
+  EXPECT_EQ(out, payload);
+  // A header whose kind byte alone differs (a K/V block of that size, say)
+  // is another layout; so is an unknown kind.
+  std::vector<std::byte> forged = value;
+  forged[49] = std::byte{0};
+  const std::string_view forged_text(reinterpret_cast<const char*>(forged.data()), forged.size());
+  EXPECT_NE(DecodeRemoteValue(forged_text, ns, key, out).message().find("another layout"),
+            std::string::npos);
+  forged[49] = std::byte{2};
+  EXPECT_NE(DecodeRemoteValue(forged_text, ns, key, out).message().find("another layout"),
+            std::string::npos);
+  const RemoteNamespace as_kv{ns.id, kv};
+  std::vector<std::byte> kv_out(kv.BlockBytes());
+  std::string doubled(text);
+  doubled.append(payload.size(), '\0');
+  EXPECT_EQ(DecodeRemoteValue(doubled, as_kv, key, kv_out).code(), StatusCode::kCorruption);
+}
+
 TEST(RedisClusterSingleServerTest, ServesEverySlotFromOneServer) {
   RedisClusterSpec spec;
   spec.cluster = false;

@@ -649,6 +649,43 @@ TEST_F(SsdStoreTest, NamespaceIdsAreStableAcrossReopen) {
   EXPECT_EQ(store->RegisterNamespace("new", "", b).value(), 3u);
 }
 
+// A latent (MLA) namespace is recorded with its kind (namespace version 2)
+// beside K/V ones (still version 1, which kvtierds from before kinds read),
+// and comes back as latent: never as the K/V layout of the same numbers.
+TEST_F(SsdStoreTest, ALatentNamespaceKeepsItsKindAcrossReopen) {
+  const Layout kv{2, 1, 576, DType::kBFloat16, 16};
+  Layout latent = kv;
+  latent.kind = KvKind::kLatent;
+  {
+    auto store = Open(Options());
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->RegisterNamespace("llama", "", kv).value(), 0u);
+    EXPECT_EQ(store->RegisterNamespace("deepseek", "", latent).value(), 1u);
+    const auto mismatch = store->RegisterNamespace("deepseek", "", kv);
+    EXPECT_EQ(mismatch.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(mismatch.status().message().find("kind=latent"), std::string::npos)
+        << mismatch.status().ToString();
+  }
+  auto store = Open(Options());
+  ASSERT_NE(store, nullptr);
+  std::vector<SsdNamespace> all;
+  ASSERT_TRUE(store
+                  ->ForEachNamespace([&](const SsdNamespace& ns) {
+                    all.push_back(ns);
+                    return Status::Ok();
+                  })
+                  .ok());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].layout, kv);
+  EXPECT_EQ(all[0].layout.kind, KvKind::kKeyValue);
+  EXPECT_EQ(all[1].model, "deepseek");
+  EXPECT_EQ(all[1].layout, latent);
+  EXPECT_EQ(store->RegisterNamespace("deepseek", "", latent).value(), 1u);
+  EXPECT_EQ(store->RegisterNamespace("llama", "", latent).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->RegisterNamespace("llama", "", kv).value(), 0u);
+}
+
 TEST_F(SsdStoreTest, ConcurrentWritesAndReadsOfDistinctSlots) {
   auto store = Open(Options(256 * kMiB));
   ASSERT_NE(store, nullptr);

@@ -33,8 +33,10 @@ uint32_t Get32(const char* p) {
 
 // Header fields: magic u32 @0, version u16 @4, header bytes u16 @6, namespace
 // id u64 @8, key hi/lo u64 @16/@24, layers/kv_heads/head_dim/block_tokens u32
-// @32..@44, dtype u8 @48 (then 7 zero bytes), payload bytes u64 @56,
-// XXH3-64 of the payload u64 @64.
+// @32..@44, dtype u8 @48, layout kind u8 @49 (KvKind; 0, K/V, in the
+// headers of kvtierds from before kinds) then 6 zero bytes, payload bytes
+// u64 @56, XXH3-64 of the payload u64 @64. A reader compares @32..@55 with
+// its namespace's, so a block of another kind reads as "another layout".
 void EncodeHeader(const RemoteNamespace& ns, const BlockKey& key, uint64_t payload_bytes,
                   uint64_t checksum, std::byte* h) {
   std::memset(h, 0, kRemoteHeaderBytes);
@@ -51,6 +53,7 @@ void EncodeHeader(const RemoteNamespace& ns, const BlockKey& key, uint64_t paylo
   Put32(h + 40, ns.layout.head_dim);
   Put32(h + 44, ns.layout.block_tokens);
   h[48] = static_cast<std::byte>(ns.layout.dtype);
+  h[49] = static_cast<std::byte>(ns.layout.kind);
   Put64(h + 56, payload_bytes);
   Put64(h + 64, checksum);
 }
@@ -80,6 +83,12 @@ uint64_t RemoteNamespaceId(const std::string& model, const std::string& salt,
   const uint32_t fields[] = {layout.layers, layout.kv_heads, layout.head_dim, layout.block_tokens,
                              static_cast<uint32_t>(layout.dtype)};
   add(fields, sizeof(fields));
+  // The kind only where it is not K/V: the ids of K/V namespaces stay those
+  // of kvtierds from before kinds, which share their blocks.
+  if (layout.kind != KvKind::kKeyValue) {
+    const uint32_t kind = static_cast<uint32_t>(layout.kind);
+    add(&kind, sizeof(kind));
+  }
   return internal::BlockChecksum(in);
 }
 

@@ -33,7 +33,11 @@ constexpr char kIndexDir[] = "index";
 // Version 2 adds the block's stored form (Quantize) after version 1's
 // fields; a version 1 record is a block kept as written.
 constexpr uint8_t kRecordVersion = 2;
-constexpr uint8_t kNamespaceVersion = 1;
+// Namespace version 2 adds the layout's kind (KvKind) after version 1's
+// fields. A K/V namespace is still written as version 1, so that a store
+// holding none but K/V namespaces still opens in a kvtierd from before kinds;
+// a version 1 record is a K/V namespace.
+constexpr uint8_t kNamespaceVersion = 2;
 constexpr char kRecordPrefix = 'b';
 constexpr char kNamespacePrefix = 'n';
 constexpr char kSlotFile[] = "blocks.dat";
@@ -180,7 +184,8 @@ bool DecodeRecord(std::string_view key, std::string_view value, SsdRecord* r) {
 
 std::string EncodeNamespace(const SsdNamespace& ns) {
   std::string v;
-  PutLE(v, kNamespaceVersion, 1);
+  const bool kv = ns.layout.kind == KvKind::kKeyValue;
+  PutLE(v, kv ? 1 : kNamespaceVersion, 1);
   PutLE(v, ns.layout.layers, 4);
   PutLE(v, ns.layout.kv_heads, 4);
   PutLE(v, ns.layout.head_dim, 4);
@@ -190,12 +195,14 @@ std::string EncodeNamespace(const SsdNamespace& ns) {
   v += ns.model;
   PutLE(v, ns.salt.size(), 4);
   v += ns.salt;
+  if (!kv) PutLE(v, static_cast<uint8_t>(ns.layout.kind), 1);
   return v;
 }
 
 bool DecodeNamespace(std::string_view value, SsdNamespace* ns) {
   Reader in(value);
-  if (in.LE(1) != kNamespaceVersion) return false;
+  const uint64_t version = in.LE(1);
+  if (version != 1 && version != kNamespaceVersion) return false;
   ns->layout.layers = static_cast<uint32_t>(in.LE(4));
   ns->layout.kv_heads = static_cast<uint32_t>(in.LE(4));
   ns->layout.head_dim = static_cast<uint32_t>(in.LE(4));
@@ -203,7 +210,11 @@ bool DecodeNamespace(std::string_view value, SsdNamespace* ns) {
   ns->layout.block_tokens = static_cast<uint32_t>(in.LE(4));
   ns->model = std::string(in.Bytes(static_cast<size_t>(in.LE(4))));
   ns->salt = std::string(in.Bytes(static_cast<size_t>(in.LE(4))));
-  return in.done() && ns->layout.Validate().ok();
+  const uint64_t kind = version == 1 ? 0 : in.LE(1);
+  ns->layout.kind = static_cast<KvKind>(kind);
+  // Version 2 is written for latent namespaces alone: one encoding each.
+  return in.done() && (version == 1 || kind != 0) && kind <= kMaxKvKind &&
+         ns->layout.Validate().ok();
 }
 
 Status ErrnoError(std::string_view op, const std::string& path) {
