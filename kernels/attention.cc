@@ -53,6 +53,12 @@ Status CheckPointer(const void* p, uintptr_t alignment, const char* name) {
 Result<DecodeAttentionPlan> PlanDecodeAttention(const DecodeAttentionParams& p) {
   const Layout& l = p.layout;
   if (Status s = l.Validate(); !s.ok()) return s.WithContext("decode attention layout");
+  if (l.kind != KvKind::kKeyValue) {
+    // An MLA block holds each token's compressed latent, which attention
+    // reads through the model's up-projections: no K or V plane to read here.
+    return InvalidArgumentError("MLA latent blocks: decode attention reads K and V, and " +
+                                l.ToString() + " is not a K/V layout");
+  }
   if (l.dtype != DType::kFloat16 && l.dtype != DType::kBFloat16 && !IsFp8(l.dtype)) {
     return InvalidArgumentError("decode attention supports fp16, bf16 and fp8 blocks, not " +
                                 std::string(DTypeName(l.dtype)));

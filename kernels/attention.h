@@ -53,7 +53,8 @@ struct DecodeAttentionParams {
   // The blocks' layout (common/layout.h). dtype: kFloat16 or kBFloat16, also
   // the dtype of q and o; or kFp8E4M3 / kFp8E5M2 (blocks with scale tables),
   // q and o then of io_dtype. head_dim: 64, 128 or 256. layers, kv_heads
-  // and block_tokens: any positive value.
+  // and block_tokens: any positive value. kind: kKeyValue (an MLA latent
+  // layout has no K and V to attend over).
   Layout layout;
   // q's and o's dtype when the blocks are fp8: kFloat16 or kBFloat16.
   // Ignored for 16-bit blocks (q and o are layout.dtype).

@@ -29,7 +29,7 @@ Status CheckPagedEntries(const PagedCopyParams& p) {
       CheckEntries(p.paged_blocks, p.num_blocks, p.paged_num_blocks, "paged_blocks"));
   if (p.num_blocks == 0) return Status();
   for (uint32_t l = 0; l < p.layout.layers; ++l) {
-    if (p.k_layers[l] == nullptr || p.v_layers[l] == nullptr) {
+    if (p.k_layers[l] == nullptr || (p.layout.Planes() == 2 && p.v_layers[l] == nullptr)) {
       return InvalidArgumentError("k_layers/v_layers[" + std::to_string(l) + "] is null");
     }
   }
@@ -37,11 +37,11 @@ Status CheckPagedEntries(const PagedCopyParams& p) {
 }
 
 // Arena part (layer, kv) of slot `slot`, and block `block` of the paged
-// tensor of (layer, kv).
+// tensor of (layer, kv); kv is 0 alone for a latent layout.
 std::byte* ArenaPart(const PagedCopyParams& p, int32_t slot, uint32_t layer, uint32_t kv) {
   const uint64_t part = internal::PartBytes(p.layout);
   return static_cast<std::byte*>(p.arena) + static_cast<uint64_t>(slot) * p.slot_stride_bytes +
-         (2ULL * layer + kv) * part;
+         (uint64_t{p.layout.Planes()} * layer + kv) * part;
 }
 
 std::byte* PagedPart(const PagedCopyParams& p, int32_t block, uint32_t layer, uint32_t kv) {
@@ -56,7 +56,7 @@ Status PagedCopyReference(const PagedCopyParams& p) {
   const uint64_t part = internal::PartBytes(p.layout);
   for (uint32_t i = 0; i < p.num_blocks; ++i) {
     for (uint32_t layer = 0; layer < p.layout.layers; ++layer) {
-      for (uint32_t kv = 0; kv < 2; ++kv) {
+      for (uint32_t kv = 0; kv < p.layout.Planes(); ++kv) {
         std::byte* arena = ArenaPart(p, p.slots[i], layer, kv);
         std::byte* paged = PagedPart(p, p.paged_blocks[i], layer, kv);
         if constexpr (kGather) {
@@ -88,7 +88,7 @@ Status ValidatePagedCopy(const PagedCopyParams& p) {
                                 ")");
   }
   if (p.arena == nullptr || p.slots == nullptr || p.paged_blocks == nullptr ||
-      p.k_layers == nullptr || p.v_layers == nullptr) {
+      p.k_layers == nullptr || (p.layout.Planes() == 2 && p.v_layers == nullptr)) {
     return InvalidArgumentError("paged copy with a null pointer");
   }
   return Status();

@@ -24,7 +24,7 @@ Status LaunchPagedCopy(const PagedCopyParams& p, Stream stream) {
   if (p.num_blocks == 0) return Status();
   if (!GpuAvailable()) return UnavailableError("no GPU: " + GpuDescription());
   const PagedCopyArgs args = internal::MakePagedCopyArgs(p);
-  const dim3 grid(p.num_blocks, p.layout.layers, 2);
+  const dim3 grid(p.num_blocks, p.layout.layers, p.layout.Planes());
   PagedCopyKernel<kGather><<<grid, kCopyThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
   return internal::CudaStatus(cudaGetLastError(), kGather ? "gather launch" : "scatter launch");
 }

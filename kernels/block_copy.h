@@ -5,11 +5,14 @@
 // [num_blocks][block_tokens][kv_heads][head_dim]. Inside an arena block the K
 // (or V) of one layer is [token][kv_head][head_dim] too, contiguous, so one
 // block of one layer of K is the same bytes in both places:
-//   arena:  slot * slot_stride + (layer * 2 + kv) * part_bytes
+//   arena:  slot * slot_stride + (layer * planes + kv) * part_bytes
 //   paged:  {k,v}_layers[layer] + paged_block * part_bytes
 //   part_bytes = block_tokens * kv_heads * head_dim * dtype_bytes
+// An MLA latent layout (layout.kind kLatent, planes 1) has one paged tensor
+// per layer, vLLM's MLA cache [num_blocks][block_tokens][head_dim] (kv_heads
+// 1): k_layers holds it, v_layers is not read and may be null.
 // Gather copies arena -> paged, scatter paged -> arena; both are exact byte
-// copies, every layer, K and V.
+// copies, every layer, K and V (or the latent).
 //
 // Thread-safety: the functions are stateless.
 #pragma once
@@ -50,6 +53,7 @@ struct PagedCopyParams {
   // k_layers[l] -> [paged_num_blocks][block_tokens][kv_heads][head_dim]. For
   // the GPU the pointer arrays themselves are in device memory too (as
   // vLLM's copy_blocks passes them). Written by gather, read by scatter.
+  // A latent layout's latents are k_layers; v_layers is ignored (may be null).
   void* const* k_layers = nullptr;
   void* const* v_layers = nullptr;
 };
@@ -62,7 +66,7 @@ Status ValidatePagedCopy(const PagedCopyParams& params);
 Status GatherBlocksReference(const PagedCopyParams& params);
 Status ScatterBlocksReference(const PagedCopyParams& params);
 
-// CUDA: one CTA per (block, layer, k|v), 16-byte vector copies where the
+// CUDA: one CTA per (block, layer, plane), 16-byte vector copies where the
 // pointers allow. Asynchronous on `stream`. Entries out of range cannot be
 // checked on the host; the kernel skips them (writes nothing for them).
 // Unavailable without a GPU.

@@ -33,7 +33,7 @@ Status Run(const Fp8BlocksParams& p, Stream stream) {
   KVTIER_RETURN_IF_ERROR(
       internal::CudaStatus(cudaMemsetAsync(p.refused, 0, p.num_blocks, s), "cudaMemsetAsync"));
   const Fp8BlocksArgs args = internal::MakeFp8BlocksArgs(p);
-  const dim3 grid(p.layout.kv_heads, 2 * p.layout.layers, p.num_blocks);
+  const dim3 grid(p.layout.kv_heads, p.layout.Planes() * p.layout.layers, p.num_blocks);
   const bool fp16 = p.layout.dtype == DType::kFloat16;
   const bool e4m3 = p.fp8 == DType::kFp8E4M3;
   if (fp16) {

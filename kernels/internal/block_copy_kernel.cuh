@@ -19,9 +19,10 @@ struct PagedCopyArgs {
   const int32_t* slots;         // [num_blocks]
   const int32_t* paged_blocks;  // [num_blocks]
   void* const* k_layers;        // [layers] -> [paged_num_blocks][part_bytes]
-  void* const* v_layers;        // [layers] -> [paged_num_blocks][part_bytes]
+  void* const* v_layers;        // [layers] -> [paged_num_blocks][part_bytes]; unread at planes 1
   uint64_t slot_stride;         // bytes
-  uint64_t part_bytes;          // one layer's K (or V) of one block
+  uint64_t part_bytes;          // one layer's K (or V, or latent) of one block
+  uint32_t planes;              // 2 (K, V), or 1 (an MLA latent layout)
   int64_t num_slots;
   int64_t paged_num_blocks;
 };
@@ -36,12 +37,13 @@ inline PagedCopyArgs MakePagedCopyArgs(const PagedCopyParams& p) {
   args.v_layers = p.v_layers;
   args.slot_stride = p.slot_stride_bytes;
   args.part_bytes = PartBytes(p.layout);
+  args.planes = p.layout.Planes();
   args.num_slots = p.num_slots;
   args.paged_num_blocks = p.paged_num_blocks;
   return args;
 }
 
-// Grid (num_blocks, layers, 2). kGather: arena -> paged; else paged -> arena.
+// Grid (num_blocks, layers, planes). kGather: arena -> paged; else paged -> arena.
 template <bool kGather>
 __global__ void __launch_bounds__(kCopyThreads) PagedCopyKernel(const PagedCopyArgs a) {
   const uint32_t i = blockIdx.x;
@@ -55,8 +57,8 @@ __global__ void __launch_bounds__(kCopyThreads) PagedCopyKernel(const PagedCopyA
       base == nullptr) {
     return;
   }
-  char* arena_part =
-      a.arena + static_cast<uint64_t>(slot) * a.slot_stride + (2ULL * layer + kv) * a.part_bytes;
+  char* arena_part = a.arena + static_cast<uint64_t>(slot) * a.slot_stride +
+                     (uint64_t{a.planes} * layer + kv) * a.part_bytes;
   char* paged_part = static_cast<char*>(base) + static_cast<uint64_t>(paged) * a.part_bytes;
   const char* src = kGather ? arena_part : paged_part;
   char* dst = kGather ? paged_part : arena_part;

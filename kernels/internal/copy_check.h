@@ -10,7 +10,10 @@ namespace kvtier::kernels::internal {
 // both paths) against the slot counts.
 Status CheckSlotCopy(const SlotCopyParams& params);
 
-// Bytes of one layer's K (or V) in a block: the unit the paged copies move.
-inline uint64_t PartBytes(const Layout& l) { return l.BlockBytes() / (2ULL * l.layers); }
+// Bytes of one layer's K (or V, or latent) in a block: the unit the paged
+// copies move.
+inline uint64_t PartBytes(const Layout& l) {
+  return l.BlockBytes() / (uint64_t{l.Planes()} * l.layers);
+}
 
 }  // namespace kvtier::kernels::internal

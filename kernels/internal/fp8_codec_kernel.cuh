@@ -2,7 +2,8 @@
 // and by tests/kernels/emulated_kernel_test.cc, which runs them on the CPU
 // (so only the intrinsics cuda_emulator.h provides).
 //
-// One CTA per (KV head, layer x K|V, block): the slice of one head is
+// One CTA per (KV head, layer x plane, block) -- planes K|V, or an MLA
+// layout's latent alone: the slice of one head is
 // block_tokens rows of head_dim values, strided by kv_heads * head_dim.
 // Quantizing: the threads' largest magnitudes are reduced (shuffles, then
 // shared memory), the scale computed as the host does, then each thread
@@ -50,8 +51,9 @@ inline Fp8BlocksArgs MakeFp8BlocksArgs(const Fp8BlocksParams& p) {
   return args;
 }
 
-// The CTA's slice (grid (kv_heads, 2 * layers, num_blocks)): one head of one
-// layer's K or V of one block, block_tokens rows of head_dim values.
+// The CTA's slice (grid (kv_heads, planes * layers, num_blocks)): one head of
+// one layer's K or V (or latent) of one block, block_tokens rows of head_dim
+// values.
 struct Slice {
   uint32_t block;
   uint32_t n;             // values

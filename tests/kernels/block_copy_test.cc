@@ -35,6 +35,45 @@ TEST(GatherScatterTest, GatherCopiesEachLayerPartExactly) {
   EXPECT_EQ(f.UntouchedPagedCanaries(), "");
 }
 
+// An MLA latent layout: one plane per layer, to and from one paged tensor
+// per layer (vLLM's MLA cache); no V is read or written.
+TEST(GatherScatterTest, ALatentLayoutCopiesOneLatentPerLayer) {
+  const Layout latent{3, 1, 576, DType::kBFloat16, 16, KvKind::kLatent};
+  CopyFixture f(latent, 6, 5, 7);
+  ASSERT_EQ(f.part_bytes, 16u * 576 * 2);
+  f.Use({5, 0, 3}, {4, 1, 0});
+  ASSERT_TRUE(GatherBlocksReference(f.Params()).ok());
+  for (size_t i = 0; i < f.slots.size(); ++i) {
+    for (uint32_t layer = 0; layer < 3; ++layer) {
+      EXPECT_EQ(std::memcmp(f.PagedPart(layer, 0, f.paged_blocks[i]),
+                            f.ArenaPart(f.slots[i], layer, 0), f.part_bytes),
+                0)
+          << "block " << i << " layer " << layer;
+    }
+  }
+  EXPECT_EQ(f.UntouchedPagedCanaries(), "");  // paged_v too: never written
+
+  CopyFixture target(latent, 6, 5, 8);
+  target.FillArenaWithCanary();
+  target.paged_k = f.paged_k;
+  target.Use({1, 2, 4}, f.paged_blocks);
+  ASSERT_TRUE(ScatterBlocksReference(target.Params()).ok());
+  for (size_t i = 0; i < target.slots.size(); ++i) {
+    EXPECT_EQ(std::memcmp(target.ArenaPart(target.slots[i], 0, 0), f.ArenaPart(f.slots[i], 0, 0),
+                          latent.BlockBytes()),
+              0)
+        << "block " << i;
+  }
+  EXPECT_EQ(target.UntouchedArenaCanaries(), "");
+
+  // A K/V layout still needs its V tensors.
+  CopyFixture kv(Layout{3, 1, 576, DType::kBFloat16, 16}, 6, 5, 9);
+  kv.Use({0}, {0});
+  PagedCopyParams p = kv.Params();
+  p.v_layers = nullptr;
+  EXPECT_EQ(GatherBlocksReference(p).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(GatherScatterTest, ScatterOfAGatherRestoresTheBlocksBitForBit) {
   const Layout layout{2, 4, 128, DType::kBFloat16, 16};
   CopyFixture source(layout, 12, 10, 2);

@@ -1,6 +1,7 @@
 // A host arena and a worker's per-layer paged K/V tensors for the copy tests
 // (CPU and GPU). Canaries are a NaN bit pattern with a payload: an untouched
-// element must still hold exactly those bits.
+// element must still hold exactly those bits. For a latent (MLA) layout the
+// latents are paged_k; paged_v stays canary and Params() passes no v_layers.
 #pragma once
 
 #include <algorithm>
@@ -21,7 +22,7 @@ class CopyFixture {
   // paged tensors are canary.
   CopyFixture(const Layout& l, uint32_t slot_count, uint32_t paged_count, uint64_t seed)
       : layout(l),
-        part_bytes(l.BlockBytes() / (2ULL * l.layers)),
+        part_bytes(l.BlockBytes() / (uint64_t{l.Planes()} * l.layers)),
         stride(l.BlockBytes() + 16),
         num_slots(slot_count),
         paged_num_blocks(paged_count),
@@ -62,13 +63,13 @@ class CopyFixture {
     p.slots = slots.data();
     p.paged_blocks = paged_blocks.data();
     p.k_layers = k_ptrs.data();
-    p.v_layers = v_ptrs.data();
+    p.v_layers = layout.Planes() == 2 ? v_ptrs.data() : nullptr;
     return p;
   }
 
   const uint8_t* ArenaPart(int32_t slot, uint32_t layer, uint32_t kv) const {
     return reinterpret_cast<const uint8_t*>(arena.data()) + static_cast<uint64_t>(slot) * stride +
-           (2ULL * layer + kv) * part_bytes;
+           (uint64_t{layout.Planes()} * layer + kv) * part_bytes;
   }
   const uint8_t* PagedPart(uint32_t layer, uint32_t kv, int32_t block) const {
     const auto& t = kv == 0 ? paged_k[layer] : paged_v[layer];
@@ -91,7 +92,7 @@ class CopyFixture {
     for (uint32_t block = 0; block < paged_num_blocks; ++block) {
       if (Named(paged_blocks, static_cast<int32_t>(block))) continue;
       for (uint32_t layer = 0; layer < layout.layers; ++layer) {
-        for (uint32_t kv = 0; kv < 2; ++kv) {
+        for (uint32_t kv = 0; kv < 2; ++kv) {  // a latent layout's paged_v: all canary
           if (!AllCanary(PagedPart(layer, kv, static_cast<int32_t>(block)), part_bytes)) {
             return "paged block " + std::to_string(block) + " layer " + std::to_string(layer) +
                    " kv " + std::to_string(kv) + " was written";

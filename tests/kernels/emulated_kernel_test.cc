@@ -190,9 +190,10 @@ void EmulateFp8Blocks(const Fp8BlocksParams& p, bool quantize) {
                    : internal::DequantizeBlocksKernel<__nv_bfloat16, Fp8E5M2>(args));
     }
   };
-  EXPECT_EQ(emulator::RunGrid(uint3{p.layout.kv_heads, 2 * p.layout.layers, p.num_blocks},
-                              internal::kCodecThreads, kernel),
-            "");
+  EXPECT_EQ(
+      emulator::RunGrid(uint3{p.layout.kv_heads, p.layout.Planes() * p.layout.layers, p.num_blocks},
+                        internal::kCodecThreads, kernel),
+      "");
 }
 
 TEST(EmulatedFp8CodecTest, MatchesTheReferencesBitForBit) {
@@ -200,6 +201,14 @@ TEST(EmulatedFp8CodecTest, MatchesTheReferencesBitForBit) {
     for (DType fp8 : {DType::kFp8E4M3, DType::kFp8E5M2}) {
       SCOPED_TRACE(std::string(DTypeName(wide)) + " " + std::string(DTypeName(fp8)));
       testing::Fp8Batch want(Layout{2, 3, 64, wide, 16}, fp8, 4, 9);
+      testing::Fp8Batch latent(Layout{3, 1, 576, wide, 16, KvKind::kLatent}, fp8, 2, 10);
+      testing::Fp8Batch latent_got = latent;
+      ASSERT_TRUE(QuantizeBlocksReference(latent.QuantizeParams()).ok());
+      EmulateFp8Blocks(latent_got.QuantizeParams(), /*quantize=*/true);
+      EXPECT_EQ(latent_got.narrow_bytes, latent.narrow_bytes) << "latent";
+      ASSERT_TRUE(DequantizeBlocksReference(latent.DequantizeParams()).ok());
+      EmulateFp8Blocks(latent_got.DequantizeParams(), /*quantize=*/false);
+      EXPECT_EQ(latent_got.back_bytes, latent.back_bytes) << "latent";
       want.PoisonWide(2);
       testing::Fp8Batch got = want;
       ASSERT_TRUE(QuantizeBlocksReference(want.QuantizeParams()).ok());
@@ -238,14 +247,16 @@ void EmulatePagedCopy(const PagedCopyParams& p, bool gather) {
       internal::PagedCopyKernel<false>(args);
     }
   };
-  const std::string e =
-      emulator::RunGrid(uint3{p.num_blocks, p.layout.layers, 2}, internal::kCopyThreads, kernel);
+  const std::string e = emulator::RunGrid(uint3{p.num_blocks, p.layout.layers, p.layout.Planes()},
+                                          internal::kCopyThreads, kernel);
   EXPECT_EQ(e, "");
 }
 
 TEST(EmulatedCopyTest, GatherAndScatterMatchTheReferences) {
-  for (const Layout& layout : {Layout{2, 2, 64, DType::kFloat16, 16},
-                               Layout{1, 3, 64, DType::kBFloat16, 5}}) {  // odd part size
+  for (const Layout& layout :
+       {Layout{2, 2, 64, DType::kFloat16, 16},
+        Layout{1, 3, 64, DType::kBFloat16, 5},                       // odd part size
+        Layout{3, 1, 576, DType::kBFloat16, 4, KvKind::kLatent}}) {  // no v_layers
     testing::CopyFixture emulated(layout, 6, 5, 1);
     emulated.Use({5, 0, 3}, {4, 1, 0});
     testing::CopyFixture want = emulated;

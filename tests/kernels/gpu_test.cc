@@ -189,37 +189,40 @@ TEST_F(GpuTest, Fp8CodecsMatchTheReferencesBitForBit) {
 #if KVTIER_TEST_CUDA
   for (DType wide : {DType::kFloat16, DType::kBFloat16}) {
     for (DType fp8 : {DType::kFp8E4M3, DType::kFp8E5M2}) {
-      testing::Fp8Batch want(Layout{4, 8, 128, wide, 16}, fp8, 6, 11);
-      want.PoisonWide(4);
-      ASSERT_TRUE(QuantizeBlocksReference(want.QuantizeParams()).ok());
-      ASSERT_TRUE(DequantizeBlocksReference(want.DequantizeParams()).ok());
-      testing::Fp8Batch host = want;
-      DeviceBuffer wide_d(host.wide_bytes), narrow_d(host.narrow_bytes), back_d(host.back_bytes),
-          refused_d(host.refused);
-      Fp8BlocksParams q = host.QuantizeParams();
-      q.src = wide_d.get();
-      q.dst = narrow_d.get();
-      q.refused = static_cast<uint8_t*>(refused_d.get());
-      ASSERT_TRUE(QuantizeBlocks(q, nullptr).ok());
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      EXPECT_EQ(refused_d.Download<uint8_t>(), want.refused);
-      host.narrow_bytes = narrow_d.Download<std::byte>();
-      for (uint32_t i : {0u, 1u, 2u, 3u, 5u}) {
-        EXPECT_TRUE(std::equal(host.NarrowBlock(i).begin(), host.NarrowBlock(i).end(),
-                               want.NarrowBlock(i).begin()))
-            << i;
-      }
-      Fp8BlocksParams d = host.DequantizeParams();
-      d.src = narrow_d.get();
-      d.dst = back_d.get();
-      d.refused = static_cast<uint8_t*>(refused_d.get());
-      ASSERT_TRUE(DequantizeBlocks(d, nullptr).ok());
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      host.back_bytes = back_d.Download<std::byte>();
-      for (uint32_t i : {0u, 1u, 2u, 3u, 5u}) {
-        EXPECT_TRUE(std::equal(host.BackBlock(i).begin(), host.BackBlock(i).end(),
-                               want.BackBlock(i).begin()))
-            << i;
+      for (const Layout& layout :
+           {Layout{4, 8, 128, wide, 16}, Layout{3, 1, 576, wide, 16, KvKind::kLatent}}) {
+        testing::Fp8Batch want(layout, fp8, 6, 11);
+        want.PoisonWide(4);
+        ASSERT_TRUE(QuantizeBlocksReference(want.QuantizeParams()).ok());
+        ASSERT_TRUE(DequantizeBlocksReference(want.DequantizeParams()).ok());
+        testing::Fp8Batch host = want;
+        DeviceBuffer wide_d(host.wide_bytes), narrow_d(host.narrow_bytes), back_d(host.back_bytes),
+            refused_d(host.refused);
+        Fp8BlocksParams q = host.QuantizeParams();
+        q.src = wide_d.get();
+        q.dst = narrow_d.get();
+        q.refused = static_cast<uint8_t*>(refused_d.get());
+        ASSERT_TRUE(QuantizeBlocks(q, nullptr).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(refused_d.Download<uint8_t>(), want.refused);
+        host.narrow_bytes = narrow_d.Download<std::byte>();
+        for (uint32_t i : {0u, 1u, 2u, 3u, 5u}) {
+          EXPECT_TRUE(std::equal(host.NarrowBlock(i).begin(), host.NarrowBlock(i).end(),
+                                 want.NarrowBlock(i).begin()))
+              << i;
+        }
+        Fp8BlocksParams d = host.DequantizeParams();
+        d.src = narrow_d.get();
+        d.dst = back_d.get();
+        d.refused = static_cast<uint8_t*>(refused_d.get());
+        ASSERT_TRUE(DequantizeBlocks(d, nullptr).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        host.back_bytes = back_d.Download<std::byte>();
+        for (uint32_t i : {0u, 1u, 2u, 3u, 5u}) {
+          EXPECT_TRUE(std::equal(host.BackBlock(i).begin(), host.BackBlock(i).end(),
+                                 want.BackBlock(i).begin()))
+              << i;
+        }
       }
     }
   }
@@ -242,48 +245,52 @@ TEST_F(GpuTest, BadTableEntryPoisonsOnlyItsSequence) {
 
 TEST_F(GpuTest, GatherAndScatterMatchTheReferencesBitForBit) {
 #if KVTIER_TEST_CUDA
-  const Layout layout{3, 2, 128, DType::kBFloat16, 16};
-  testing::CopyFixture host(layout, 10, 8, 9);
-  host.Use({7, 0, 9, 3}, {5, 1, 0, 7});
-  testing::CopyFixture want = host;
-  ASSERT_TRUE(GatherBlocksReference(want.Params()).ok());
+  for (const Layout& layout : {Layout{3, 2, 128, DType::kBFloat16, 16},
+                               Layout{3, 1, 576, DType::kBFloat16, 16, KvKind::kLatent}}) {
+    SCOPED_TRACE(layout.ToString());
+    testing::CopyFixture host(layout, 10, 8, 9);
+    host.Use({7, 0, 9, 3}, {5, 1, 0, 7});
+    testing::CopyFixture want = host;
+    ASSERT_TRUE(GatherBlocksReference(want.Params()).ok());
 
-  // The same on the device: arena, per-layer tensors, and the pointer arrays.
-  DeviceBuffer arena(host.arena), slots(host.slots), paged(host.paged_blocks);
-  std::vector<std::unique_ptr<DeviceBuffer>> k, v;
-  std::vector<void*> k_ptrs, v_ptrs;
-  for (uint32_t l = 0; l < layout.layers; ++l) {
-    k.push_back(std::make_unique<DeviceBuffer>(host.paged_k[l]));
-    v.push_back(std::make_unique<DeviceBuffer>(host.paged_v[l]));
-    k_ptrs.push_back(k.back()->get());
-    v_ptrs.push_back(v.back()->get());
-  }
-  DeviceBuffer k_array(k_ptrs), v_array(v_ptrs);
-  PagedCopyParams p = host.Params();
-  p.arena = arena.get();
-  p.slots = static_cast<const int32_t*>(slots.get());
-  p.paged_blocks = static_cast<const int32_t*>(paged.get());
-  p.k_layers = static_cast<void* const*>(k_array.get());
-  p.v_layers = static_cast<void* const*>(v_array.get());
-  ASSERT_TRUE(GatherBlocks(p, nullptr).ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  for (uint32_t l = 0; l < layout.layers; ++l) {
-    EXPECT_EQ(k[l]->Download<uint16_t>(), want.paged_k[l]) << "K layer " << l;
-    EXPECT_EQ(v[l]->Download<uint16_t>(), want.paged_v[l]) << "V layer " << l;
-  }
+    // The same on the device: arena, per-layer tensors, and the pointer arrays.
+    DeviceBuffer arena(host.arena), slots(host.slots), paged(host.paged_blocks);
+    std::vector<std::unique_ptr<DeviceBuffer>> k, v;
+    std::vector<void*> k_ptrs, v_ptrs;
+    for (uint32_t l = 0; l < layout.layers; ++l) {
+      k.push_back(std::make_unique<DeviceBuffer>(host.paged_k[l]));
+      v.push_back(std::make_unique<DeviceBuffer>(host.paged_v[l]));
+      k_ptrs.push_back(k.back()->get());
+      v_ptrs.push_back(v.back()->get());
+    }
+    DeviceBuffer k_array(k_ptrs), v_array(v_ptrs);
+    PagedCopyParams p = host.Params();
+    p.arena = arena.get();
+    p.slots = static_cast<const int32_t*>(slots.get());
+    p.paged_blocks = static_cast<const int32_t*>(paged.get());
+    p.k_layers = static_cast<void* const*>(k_array.get());
+    // A latent layout has no V: its kernel must not read v_layers.
+    p.v_layers = layout.Planes() == 2 ? static_cast<void* const*>(v_array.get()) : nullptr;
+    ASSERT_TRUE(GatherBlocks(p, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (uint32_t l = 0; l < layout.layers; ++l) {
+      EXPECT_EQ(k[l]->Download<uint16_t>(), want.paged_k[l]) << "K layer " << l;
+      EXPECT_EQ(v[l]->Download<uint16_t>(), want.paged_v[l]) << "V layer " << l;
+    }
 
-  // Scatter back into other slots of a canary arena; compare with the
-  // reference doing the same.
-  want.FillArenaWithCanary();
-  want.Use({2, 4, 6, 8}, {5, 1, 0, 7});
-  ASSERT_TRUE(ScatterBlocksReference(want.Params()).ok());
-  std::vector<uint16_t> canary_arena(host.arena.size(), host.canary);
-  DeviceBuffer target(canary_arena), target_slots(want.slots);
-  p.arena = target.get();
-  p.slots = static_cast<const int32_t*>(target_slots.get());
-  ASSERT_TRUE(ScatterBlocks(p, nullptr).ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(target.Download<uint16_t>(), want.arena);
+    // Scatter back into other slots of a canary arena; compare with the
+    // reference doing the same.
+    want.FillArenaWithCanary();
+    want.Use({2, 4, 6, 8}, {5, 1, 0, 7});
+    ASSERT_TRUE(ScatterBlocksReference(want.Params()).ok());
+    std::vector<uint16_t> canary_arena(host.arena.size(), host.canary);
+    DeviceBuffer target(canary_arena), target_slots(want.slots);
+    p.arena = target.get();
+    p.slots = static_cast<const int32_t*>(target_slots.get());
+    ASSERT_TRUE(ScatterBlocks(p, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(target.Download<uint16_t>(), want.arena);
+  }
 #endif
 }
 

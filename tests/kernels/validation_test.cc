@@ -70,12 +70,32 @@ TEST(AttentionValidationTest, UnsupportedShapesAreRefused) {
       {"null seq_lens", [](auto& p) { p.seq_lens = nullptr; }},
       {"misaligned q", [](auto& p) { p.q = static_cast<const char*>(p.q) + 2; }},
       {"misaligned arena", [](auto& p) { p.arena = static_cast<const char*>(p.arena) + 8; }},
+      {"MLA latent blocks",
+       [](auto& p) {
+         p.layout.kind = KvKind::kLatent;
+         p.layout.kv_heads = 1;
+         p.num_q_heads = 2;
+       }},
   };
   for (const auto& [what, edit] : edits) {
     DecodeAttentionParams p = data.Params();
     edit(p);
     ExpectRefused(p, data, ws.data(), ws_bytes, what);
   }
+}
+
+TEST(AttentionValidationTest, ALatentLayoutIsRefusedAsNotKAndV) {
+  AttentionData data(SmallShape(), 1);
+  DecodeAttentionParams p = data.Params();
+  p.layout.kind = KvKind::kLatent;
+  p.layout.kv_heads = 1;
+  p.num_q_heads = 2;
+  const auto plan = PlanDecodeAttention(p);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("MLA latent blocks"), std::string::npos)
+      << plan.status().ToString();
+  EXPECT_NE(plan.status().message().find("not a K/V layout"), std::string::npos);
 }
 
 TEST(AttentionValidationTest, WorkspaceMustFitThePlan) {
