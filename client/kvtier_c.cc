@@ -18,6 +18,9 @@ using kvtier::client::BlockKey;
 using kvtier::client::Client;
 using kvtier::client::WireTier;
 
+static_assert(KVTIER_KIND_KV == static_cast<int>(kvtier::KvKind::kKeyValue));
+static_assert(KVTIER_KIND_LATENT == static_cast<int>(kvtier::KvKind::kLatent));
+
 struct kvtier_client {
   std::unique_ptr<Client> impl;
   mutable std::string last_error;
@@ -96,8 +99,13 @@ int kvtier_connect(const char* socket_path, const char* model, const char* salt,
       return Fail(nullptr,
                   kvtier::InvalidArgumentError("unknown dtype " + std::to_string(layout->dtype)));
     }
-    o.layout = kvtier::Layout{layout->layers, layout->kv_heads, layout->head_dim,
-                              static_cast<kvtier::DType>(layout->dtype), layout->block_tokens};
+    if (layout->kind > KVTIER_KIND_LATENT) {
+      return Fail(nullptr, kvtier::InvalidArgumentError("unknown layout kind " +
+                                                        std::to_string(layout->kind)));
+    }
+    o.layout = kvtier::Layout{layout->layers,       layout->kv_heads,
+                              layout->head_dim,     static_cast<kvtier::DType>(layout->dtype),
+                              layout->block_tokens, static_cast<kvtier::KvKind>(layout->kind)};
     auto client = Client::Connect(o);
     if (!client.ok()) return Fail(nullptr, client.status());
     *out = new kvtier_client{*std::move(client), {}};

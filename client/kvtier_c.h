@@ -40,6 +40,12 @@ extern "C" {
 #define KVTIER_DTYPE_FP8_E4M3 3
 #define KVTIER_DTYPE_FP8_E5M2 4
 
+/* What a block holds per token and layer (kvtier::KvKind). */
+#define KVTIER_KIND_KV 0 /* K and V: [layer][k|v][token][kv_head][head_dim] */
+#define KVTIER_KIND_LATENT                                 \
+  1 /* one MLA latent vector (DeepSeek-V2/V3), kv_heads 1: \
+       [layer][token][kv_head][head_dim] */
+
 /* Write states of kvtier_write_block() and kvtier_put(). */
 #define KVTIER_WRITE_ALLOCATED 0 /* the slot is yours to fill */
 #define KVTIER_WRITE_EXISTS 1    /* the block is cached already */
@@ -58,6 +64,7 @@ typedef struct kvtier_layout {
   uint32_t head_dim;
   uint32_t dtype; /* KVTIER_DTYPE_* */
   uint32_t block_tokens;
+  uint32_t kind; /* KVTIER_KIND_KV 0, KVTIER_KIND_LATENT 1 */
 } kvtier_layout;
 
 /* A 128-bit block key. */

@@ -13,7 +13,7 @@ namespace {
 
 TEST(CApiTest, FullSession) {
   testing::FakeDaemon daemon(Layout{2, 2, 8, DType::kFloat16, 4}, 16);
-  const kvtier_layout layout{2, 2, 8, KVTIER_DTYPE_FP16, 4};
+  const kvtier_layout layout{2, 2, 8, KVTIER_DTYPE_FP16, 4, KVTIER_KIND_KV};
   kvtier_client* c = nullptr;
   ASSERT_EQ(kvtier_connect(daemon.path().c_str(), "m", nullptr, &layout, &c), KVTIER_OK)
       << kvtier_last_error(nullptr);
@@ -81,6 +81,27 @@ TEST(CApiTest, FullSession) {
   ASSERT_EQ(kvtier_remove(c, keys, 3, &removed), KVTIER_OK);
   EXPECT_EQ(removed, 3u);
   kvtier_close(c);
+}
+
+// An MLA latent layout reaches the daemon as latent (the fake compares the
+// whole layout); an unknown kind never leaves the process.
+TEST(CApiTest, TheLayoutKindIsMappedAndUnknownOnesRefused) {
+  testing::FakeDaemon daemon(Layout{2, 1, 576, DType::kBFloat16, 4, KvKind::kLatent}, 16);
+  kvtier_layout layout{2, 1, 576, KVTIER_DTYPE_BF16, 4, KVTIER_KIND_LATENT};
+  kvtier_client* c = nullptr;
+  ASSERT_EQ(kvtier_connect(daemon.path().c_str(), "m", nullptr, &layout, &c), KVTIER_OK)
+      << kvtier_last_error(nullptr);
+  EXPECT_EQ(kvtier_block_bytes(c), 2u * 576 * 4 * 2);
+  kvtier_close(c);
+  layout.kind = KVTIER_KIND_KV;
+  EXPECT_EQ(kvtier_connect(daemon.path().c_str(), "m", nullptr, &layout, &c),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(c, nullptr);
+  layout.kind = 7;
+  EXPECT_EQ(kvtier_connect(daemon.path().c_str(), "m", nullptr, &layout, &c),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvtier_last_error(nullptr)).find("unknown layout kind 7"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ static const AnyFunction kFunctions[] = {
 };
 
 int main(void) {
-  kvtier_layout layout = {2, 2, 64, KVTIER_DTYPE_FP16, 16};
+  kvtier_layout layout = {2, 2, 64, KVTIER_DTYPE_FP16, 16, KVTIER_KIND_KV};
   kvtier_client* client = (kvtier_client*)&layout; /* must be reset to NULL */
   const char* msg;
   int rc = kvtier_connect("/nonexistent/kvtierd.sock", "model", NULL, &layout, &client);
@@ -41,6 +41,9 @@ int main(void) {
   }
   printf("ok: %s\n", msg); /* msg is valid until the next call on this thread */
   layout.dtype = 99;
+  if (kvtier_connect(NULL, "model", "", &layout, &client) != KVTIER_INVALID_ARGUMENT) return 1;
+  layout.dtype = KVTIER_DTYPE_FP16;
+  layout.kind = 2; /* neither KVTIER_KIND_KV nor KVTIER_KIND_LATENT */
   if (kvtier_connect(NULL, "model", "", &layout, &client) != KVTIER_INVALID_ARGUMENT) return 1;
   kvtier_close(NULL);
   return 0;

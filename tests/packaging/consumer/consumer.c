@@ -8,7 +8,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
-  kvtier_layout layout = {2, 2, 64, KVTIER_DTYPE_FP16, 16};
+  kvtier_layout layout = {2, 2, 64, KVTIER_DTYPE_FP16, 16, KVTIER_KIND_KV};
   kvtier_client* c = NULL;
   if (kvtier_connect(argv[1], "consumer-c", NULL, &layout, &c) != 0) {
     fprintf(stderr, "connect: %s\n", kvtier_last_error(NULL));
