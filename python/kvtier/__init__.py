@@ -17,6 +17,9 @@ package binds kvtier's C++ client library::
         with client.acquire(keys) as lease:               # pinned, zero-copy
             block = torch.from_dlpack(lease[0])
 
+An MLA model (DeepSeek-V2/V3) caches one latent vector per token and layer:
+``kvtier.Layout(layers=61, kv_heads=1, head_dim=576, dtype="bf16", kind="latent")``.
+
 :mod:`kvtier.hf` reuses prefixes for Hugging Face transformers models;
 :mod:`kvtier.vllm` is a KV connector that makes kvtierd vLLM's prefix cache.
 """

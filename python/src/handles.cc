@@ -80,6 +80,10 @@ struct WriteViewToken {
 using AnyCpuTensor = nb::ndarray<nb::device::cpu>;
 std::vector<SequenceTensor> SequenceTensors(const std::vector<AnyCpuTensor>& layers,
                                             const Layout& lo, int64_t tokens, const char* what) {
+  if (lo.kind != KvKind::kKeyValue) {
+    Throw(InvalidArgumentError("MLA latent blocks have no K and V tensors to copy to or from (" +
+                               lo.ToString() + " is not a K/V layout)"));
+  }
   if (layers.size() != lo.layers) {
     Throw(InvalidArgumentError(std::string(what) + ": " + std::to_string(layers.size()) +
                                " tensors for " + std::to_string(lo.layers) + " layers"));
@@ -265,7 +269,8 @@ block's bytes.)")
 keys, values: one CPU tensor per layer, [kv_heads, seq, head_dim] or
 [1, kv_heads, seq, head_dim] (a DynamicCache layer's), of the layout's dtype,
 head_dim contiguous. Leased block i lands at sequence positions
-(first_block + i) * block_tokens onward. Runs without the GIL.)")
+(first_block + i) * block_tokens onward. Runs without the GIL. K/V layouts
+only: InvalidArgumentError for a latent (MLA) one.)")
       .def("release", &PyLease::Release,
            "Unpins the blocks (once no view of them is alive). Idempotent.")
       .def(

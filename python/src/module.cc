@@ -146,6 +146,7 @@ std::string LayoutRepr(const Layout& l) {
   return "Layout(layers=" + std::to_string(l.layers) + ", kv_heads=" + std::to_string(l.kv_heads) +
          ", head_dim=" + std::to_string(l.head_dim) + ", dtype='" +
          std::string(DTypeName(l.dtype)) + "', block_tokens=" + std::to_string(l.block_tokens) +
+         (l.kind == KvKind::kKeyValue ? "" : ", kind='" + std::string(KvKindName(l.kind)) + "'") +
          ")";
 }
 
@@ -158,20 +159,36 @@ DType ParseDTypeOrThrow(const std::string& name) {
   return d;
 }
 
+KvKind ParseKvKindOrThrow(const std::string& name) {
+  KvKind k{};
+  if (!ParseKvKind(name, &k)) {
+    throw nb::value_error(("unknown layout kind '" + name + "' (kv or latent)").c_str());
+  }
+  return k;
+}
+
 void BindLayout(nb::module_& m) {
   nb::class_<Layout>(m, "Layout", R"(The block layout of a namespace (DESIGN.md §1).
 
 A block holds the K and V of ``block_tokens`` tokens for all layers, laid out
 ``[layer][k|v][token][kv_head][head_dim]`` (``block_shape``), so it is
-``2 * layers * kv_heads * head_dim * block_tokens * dtype_bytes`` long.)")
+``2 * layers * kv_heads * head_dim * block_tokens * dtype_bytes`` long.
+
+``kind="latent"`` is an MLA layout (multi-head latent attention, DeepSeek-V2/V3):
+one latent vector per token and layer (kv_lora_rank + rope dims, e.g.
+512 + 64 = 576, as ``head_dim``), ``kv_heads=1``, no K/V split: the block is
+``[layer][token][kv_head][head_dim]``, one plane per layer (``planes``), half
+the bytes of the K/V layout of the same numbers.)")
       .def(
           "__init__",
           [](Layout* self, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
-             const std::string& dtype, uint32_t block_tokens) {
-            new (self) Layout{layers, kv_heads, head_dim, ParseDTypeOrThrow(dtype), block_tokens};
+             const std::string& dtype, uint32_t block_tokens, const std::string& kind) {
+            new (self) Layout{layers,       kv_heads,
+                              head_dim,     ParseDTypeOrThrow(dtype),
+                              block_tokens, ParseKvKindOrThrow(kind)};
           },
           nb::arg("layers"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("dtype") = "fp16",
-          nb::arg("block_tokens") = 16)
+          nb::arg("block_tokens") = 16, nb::arg("kind") = "kv")
       .def_rw("layers", &Layout::layers)
       .def_rw("kv_heads", &Layout::kv_heads, "KV heads (fewer than query heads under GQA/MQA).")
       .def_rw("head_dim", &Layout::head_dim)
@@ -180,18 +197,24 @@ A block holds the K and V of ``block_tokens`` tokens for all layers, laid out
           [](Layout& l, const std::string& d) { l.dtype = ParseDTypeOrThrow(d); },
           "fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2.")
       .def_rw("block_tokens", &Layout::block_tokens, "Tokens per block.")
+      .def_prop_rw(
+          "kind", [](const Layout& l) { return std::string(KvKindName(l.kind)); },
+          [](Layout& l, const std::string& k) { l.kind = ParseKvKindOrThrow(k); },
+          "kv (K and V per layer) or latent (one MLA latent vector per layer; kv_heads 1).")
+      .def_prop_ro("planes", &Layout::Planes, "Planes per layer: 2 (K, V) for kv, 1 for latent.")
       .def_prop_ro("block_bytes", &Layout::BlockBytes,
                    "Bytes of a block: its values, then (fp8) its scales.")
       .def_prop_ro("value_bytes", &Layout::ValueBytes, "Bytes of a block's values.")
       .def_prop_ro("scale_bytes", &Layout::ScaleBytes,
-                   "Bytes of an fp8 block's scales (fp32 per layer, K or V, KV head); 0 otherwise.")
+                   "Bytes of an fp8 block's scales (fp32 per layer, plane, KV head); 0 otherwise.")
       .def_prop_ro("bytes_per_token", &Layout::BytesPerToken)
       .def_prop_ro(
           "block_shape",
           [](const Layout& l) {
-            return nb::make_tuple(l.layers, 2, l.block_tokens, l.kv_heads, l.head_dim);
+            return nb::make_tuple(l.layers, l.Planes(), l.block_tokens, l.kv_heads, l.head_dim);
           },
-          "(layers, 2, block_tokens, kv_heads, head_dim): a block's elements, K before V.")
+          "(layers, planes, block_tokens, kv_heads, head_dim): a block's elements, K before V; "
+          "(layers, 1, block_tokens, 1, head_dim) for a latent layout.")
       .def(
           "validate",
           [](const Layout& l) {

@@ -33,8 +33,8 @@ struct BlockAt {
 
 // For each block and each layer, copies its tokens to or from their positions
 // in the layer's K (k[layer]) and V (v[layer]). REQUIRES: k.size() ==
-// v.size() == layout.layers, every tensor long enough and of layout.dtype
-// (the caller checks). Touches no Python; run it without the GIL.
+// v.size() == layout.layers, every tensor long enough and of layout.dtype,
+// layout.kind kKeyValue (the caller checks). Touches no Python; run it without the GIL.
 void CopySequence(const Layout& layout, const std::vector<BlockAt>& blocks,
                   const std::vector<SequenceTensor>& k, const std::vector<SequenceTensor>& v,
                   CopyDirection direction);

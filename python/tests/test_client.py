@@ -296,6 +296,54 @@ def test_a_wrong_layout_is_a_layout_error(daemon):
     assert not isinstance(e.value, kvtier.LayoutError)
 
 
+def test_a_latent_namespace_round_trips_and_is_not_its_kv_twin(daemon):
+    # An MLA model (DeepSeek-V2/V3): one 512 + 64 latent per token and layer.
+    latent = kvtier.Layout(layers=3, kv_heads=1, head_dim=576, dtype="bf16", block_tokens=16,
+                           kind="latent")
+    assert (latent.kind, latent.planes) == ("latent", 1)
+    assert latent.block_shape == (3, 1, 16, 1, 576)
+    assert latent.block_bytes == 3 * 16 * 576 * 2
+    assert "kind='latent'" in repr(latent)
+    kv = kvtier.Layout(layers=3, kv_heads=1, head_dim=576, dtype="bf16", block_tokens=16)
+    assert (kv.kind, kv.planes, kv.block_shape) == ("kv", 2, (3, 2, 16, 1, 576))
+    assert kv != latent and kv.block_bytes == 2 * latent.block_bytes
+    assert "kind" not in repr(kv)
+    g = torch.Generator().manual_seed(1)
+    latents = torch.randn(3, *latent.block_shape, generator=g).bfloat16()  # 3 blocks
+    with client(daemon, model="deepseek-test", layout=latent) as a, \
+            client(daemon, model="deepseek-test", layout=latent) as b:
+        assert a.layout == latent
+        keys = a.block_keys(list(range(16 * 3)))
+        with a.allocate(keys) as w:
+            assert w.allocated == [0, 1, 2]
+            for i in w.allocated:
+                np.asarray(w[i])[:] = latents[i].view(torch.int16).numpy().view(np.uint8).ravel()
+            w.commit()
+        with b.acquire(keys) as lease:
+            assert len(lease) == 3
+            for i in range(3):
+                got = torch.from_dlpack(lease[i]).view(torch.bfloat16).view(latent.block_shape)
+                assert torch.equal(got, latents[i])
+                del got
+            # The K/V sequence copies have no K and V to copy here.
+            with pytest.raises(kvtier.InvalidArgumentError, match="MLA latent"):
+                lease.copy_into([torch.zeros(1, 48, 576).bfloat16()] * 3,
+                                [torch.zeros(1, 48, 576).bfloat16()] * 3)
+        # The K/V layout of the same numbers is another layout.
+        with pytest.raises(kvtier.LayoutError) as e:
+            client(daemon, model="deepseek-test", layout=kv)
+        assert "kind=latent" in e.value.message
+    with client(daemon, model="kv-model", layout=kv):
+        with pytest.raises(kvtier.LayoutError):
+            client(daemon, model="kv-model", layout=latent)
+    with pytest.raises(kvtier.InvalidArgumentError, match="kv_heads 1") as e:
+        kvtier.Client("m", kvtier.Layout(3, 2, 576, "bf16", 16, kind="latent"),
+                      socket=daemon.socket)
+    assert not isinstance(e.value, kvtier.LayoutError)
+    with pytest.raises(ValueError, match="unknown layout kind"):
+        kvtier.Layout(3, 1, 576, kind="mla")
+
+
 def test_bad_keys_and_closed_objects(daemon):
     c = client(daemon)
     with pytest.raises(ValueError):
