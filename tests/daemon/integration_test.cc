@@ -117,6 +117,54 @@ TEST_F(IntegrationTest, AnotherNamespaceNeverHits) {
   EXPECT_EQ(a->Lookup(keys)->tiers.size(), 6u);
 }
 
+// An MLA latent namespace (one latent vector per token and layer): its blocks
+// are one plane per layer, written and read like any other; a K/V layout of
+// the same numbers is another layout, refused for the same model.
+TEST_F(IntegrationTest, ALatentNamespaceRoundTripsAndIsNotItsKvTwin) {
+  Start();
+  ClientOptions latent = TestClientOptions(daemon_->socket(), "deepseek-test", "integration");
+  latent.layout = Layout{2, 1, 64, DType::kFloat16, 16, KvKind::kLatent};
+  auto a = ConnectClient(latent, daemon_.get());
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->block_bytes(), 2u * 64 * 16 * 2);  // one plane: half the K/V block
+  const auto tokens = RandomTokens(9, 16 * 5);
+  const auto keys = Put(*a, tokens);
+  ASSERT_EQ(keys.size(), 5u);
+  auto b = ConnectClient(latent, daemon_.get());
+  ASSERT_NE(b, nullptr);
+  auto lease = b->Acquire(keys);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  ASSERT_EQ(lease->size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_TRUE(MatchesPattern(lease->Bytes(i), keys[i])) << i;
+  ASSERT_TRUE(lease->Release().ok());
+
+  ClientOptions kv = latent;
+  kv.layout.kind = KvKind::kKeyValue;
+  auto twin = Client::Connect(kv);
+  ASSERT_FALSE(twin.ok());
+  EXPECT_EQ(twin.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(twin.status().message().find("registered with layout"), std::string::npos)
+      << twin.status().ToString();
+  EXPECT_NE(twin.status().message().find("kind=latent"), std::string::npos)
+      << twin.status().ToString();
+  // The K/V model's namespace refuses the latent layout the same way.
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  ClientOptions latent_llama = latent;
+  latent_llama.model = "llama-test";
+  latent_llama.layout = c->options().layout;
+  latent_llama.layout.kv_heads = 1;
+  latent_llama.layout.kind = KvKind::kLatent;
+  EXPECT_EQ(Client::Connect(latent_llama).status().code(), StatusCode::kInvalidArgument);
+  // A latent layout with two KV heads is no layout at all.
+  ClientOptions two_heads = latent;
+  two_heads.layout.kv_heads = 2;
+  auto bad = Client::Connect(two_heads);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("kv_heads 1"), std::string::npos)
+      << bad.status().ToString();
+}
+
 // Two tenants of one model (same model, different salt) write the same
 // tokens: each namespace has its own secret, so each computes other keys;
 // neither ever finds, leases or reads the other's blocks, in either tier,

@@ -115,6 +115,39 @@ TEST_F(SsdRestartTest, WriteThroughLosesNothingCommittedToAKill) {
   }
 }
 
+// An MLA latent namespace's blocks on disk come back after kill -9 as
+// latent blocks: the namespace table keeps the layout's kind.
+TEST_F(SsdRestartTest, ALatentNamespaceComesBackAsLatent) {
+  client::ClientOptions o = TestClientOptions("", "deepseek-test");
+  o.layout = Layout{2, 1, 128, DType::kBFloat16, 16, KvKind::kLatent};
+  Start(/*write_through=*/true);
+  std::vector<std::vector<BlockKey>> chains;
+  {
+    o.socket_path = daemon_->socket();
+    auto c = ConnectClient(o, daemon_.get());
+    ASSERT_NE(c, nullptr);
+    for (uint32_t seed = 0; seed < 3; ++seed) chains.push_back(Put(*c, RandomPrompt(seed, 8)));
+    Settle(*c);
+  }
+  daemon_->Stop(SIGKILL);
+  Start(true);
+  o.socket_path = daemon_->socket();
+  client::ClientOptions kv = o;
+  kv.layout.kind = KvKind::kKeyValue;
+  auto refused = client::Client::Connect(kv);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("kind=latent"), std::string::npos)
+      << refused.status().ToString();
+  auto c = ConnectClient(o, daemon_.get());
+  ASSERT_NE(c, nullptr);
+  for (const auto& chain : chains) {
+    auto lease = c->Acquire(chain);
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    ASSERT_EQ(lease->size(), 8u);
+    for (size_t b = 0; b < 8; ++b) EXPECT_TRUE(MatchesPattern(lease->Bytes(b), chain[b]));
+  }
+}
+
 TEST_F(SsdRestartTest, CrashLoopNeverServesAWrongByte) {
   std::set<std::pair<uint32_t, size_t>> written;  // (prompt seed, blocks)
   std::mt19937 rng(42);
