@@ -38,6 +38,10 @@ void AddConnectFlags(CLI::App* app, ConnectFlags* f) {
       ->capture_default_str();
   app->add_option("--block-tokens", f->block_tokens, "layout: tokens per block")
       ->capture_default_str();
+  app->add_option("--kind", f->kind,
+                  "layout: kv (K and V per layer) | latent (MLA: one latent vector per token and "
+                  "layer, --kv-heads 1)")
+      ->capture_default_str();
   app->add_option("--quantize-lower", f->quantize_lower,
                   "keep the namespace's blocks in the ssd and remote tiers as off | fp8_e4m3 | "
                   "fp8_e5m2 (lossy; docs/fp8.md)")
@@ -65,6 +69,9 @@ Result<std::unique_ptr<client::Client>> Connect(const ConnectFlags& f, bool map_
   o.layout.kv_heads = f.kv_heads;
   o.layout.head_dim = f.head_dim;
   o.layout.block_tokens = f.block_tokens;
+  if (!ParseKvKind(f.kind, &o.layout.kind)) {
+    return InvalidArgumentError("unknown --kind '" + f.kind + "': expected kv or latent");
+  }
   if (!ParseQuantize(f.quantize_lower, &o.quantize_lower)) {
     return InvalidArgumentError("unknown --quantize-lower '" + f.quantize_lower +
                                 "': expected off, fp8_e4m3 or fp8_e5m2");

@@ -25,6 +25,7 @@ struct ConnectFlags {
   uint32_t head_dim = 64;
   std::string dtype = "fp16";
   uint32_t block_tokens = 16;
+  std::string kind = "kv";  // KvKindName: kv | latent
   std::string quantize_lower = "off";
   uint32_t timeout_ms = 30000;
 };

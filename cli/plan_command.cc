@@ -1,5 +1,6 @@
 // kvtier plan: capacity planning for one layout. KV bytes per token
-// (2 x layers x kv_heads x head_dim x dtype bytes) and per block, how many
+// (planes x layers x kv_heads x head_dim x dtype bytes; planes 2 for K and V,
+// 1 for an MLA latent layout) and per block, how many
 // blocks and tokens each tier holds, the longest context that fits, and the
 // memory of a list of context lengths. Decimal units throughout (1 GB =
 // 10^9 bytes), as GPU and disk capacities are quoted.
@@ -31,6 +32,7 @@ struct PlanOptions {
   ConnectFlags conn;  // --socket, for --daemon
   uint32_t layers = 0, kv_heads = 0, head_dim = 0, block_tokens = 16;
   std::string dtype = "fp16";
+  std::string kind = "kv";
   std::string quantize_lower = "fp8_e4m3";  // the form the "with" columns show
   std::string device_capacity, host_capacity, ssd_capacity;
   std::string config;
@@ -145,6 +147,14 @@ int RunPlan(const PlanOptions& o) {
   if (!ParseDType(o.dtype, &layout.dtype)) {
     return Fail(InvalidArgumentError("unknown --dtype '" + o.dtype + "'"));
   }
+  if (!ParseKvKind(o.kind, &layout.kind)) {
+    return Fail(InvalidArgumentError("unknown --kind '" + o.kind + "': expected kv or latent"));
+  }
+  if (layout.kind == KvKind::kLatent && layout.kv_heads != 1) {
+    return Fail(InvalidArgumentError(
+        "--kind latent (MLA) caches one latent vector per token and layer: --kv-heads 1, "
+        "--head-dim its width (kv_lora_rank + rope dims, e.g. 576)"));
+  }
   if (layout.layers == 0 || layout.kv_heads == 0 || layout.head_dim == 0 ||
       layout.block_tokens == 0) {
     return Fail(
@@ -164,9 +174,11 @@ int RunPlan(const PlanOptions& o) {
   const uint64_t per_token = layout.BytesPerToken();
   const uint64_t per_block = layout.BlockBytes();
   const uint64_t slot = AlignUp(per_block, kSlotAlign);
-  std::printf("layout: %u layers x %u KV heads x %u head dim, %s, %u tokens per block\n",
-              layout.layers, layout.kv_heads, layout.head_dim,
-              std::string(DTypeName(layout.dtype)).c_str(), layout.block_tokens);
+  std::printf(
+      "layout: %u layers x %u KV heads x %u head dim, %s, %u tokens per block%s\n", layout.layers,
+      layout.kv_heads, layout.head_dim, std::string(DTypeName(layout.dtype)).c_str(),
+      layout.block_tokens,
+      layout.kind == KvKind::kLatent ? ", MLA latent (one vector per token and layer)" : "");
   std::printf("KV per token: %s (%s bytes)\n", Decimal3(static_cast<double>(per_token)).c_str(),
               Int(per_token).c_str());
   const std::string padding = slot == per_block ? "" : ", " + Int(slot) + " with slot padding";
@@ -276,6 +288,10 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
   sub->add_option("--dtype", o->dtype, "layout: fp16 | bf16 | fp32 | fp8_e4m3 | fp8_e5m2")
       ->capture_default_str();
   sub->add_option("--block-tokens", o->block_tokens, "layout: tokens per block")
+      ->capture_default_str();
+  sub->add_option("--kind", o->kind,
+                  "layout: kv (K and V per layer) | latent (MLA, DeepSeek-V2/V3: one latent "
+                  "vector per token and layer, --kv-heads 1)")
       ->capture_default_str();
   sub->add_option("--quantize-lower", o->quantize_lower,
                   "also show the ssd kept in this fp8 form: fp8_e4m3 | fp8_e5m2 | off (16-bit "

@@ -44,6 +44,7 @@ int RunLive(const replay::Trace& trace, const LiveOptions& o) {
   flags.layers = 1;
   flags.kv_heads = 1;
   flags.dtype = "fp16";
+  flags.kind = "kv";
   flags.head_dim = static_cast<uint32_t>(
       std::max<uint64_t>(1, o.block_bytes / (4 * static_cast<uint64_t>(trace.block_tokens))));
   auto c = Connect(flags, /*map_arenas=*/true);

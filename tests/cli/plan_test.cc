@@ -115,6 +115,27 @@ TEST(CapacityPlanTest, CapacitiesComeFromAKvtierdConfigFile) {
   EXPECT_TRUE(Has(o.text, "from " + path)) << o.text;
 }
 
+// DeepSeek-V3's MLA cache: 61 layers of one 512 + 64 latent per token, no
+// K/V split: 61 x 576 x 2 bytes a token.
+TEST(CapacityPlanTest, AnMlaLatentLayoutHasOnePlanePerLayer) {
+  const std::string v3 = "--layers 61 --kv-heads 1 --head-dim 576 --dtype bf16";
+  const Output o = RunPlan(v3 + " --kind latent");
+  ASSERT_EQ(o.exit_code, 0) << o.text;
+  EXPECT_TRUE(Has(o.text, "MLA latent")) << o.text;
+  EXPECT_TRUE(Has(o.text, "KV per token: 70.3 kB (70,272 bytes)")) << o.text;
+  EXPECT_TRUE(Has(Row(o.text, "128,000"), " 9.0 GB")) << o.text;
+  const Output kv = RunPlan(v3);
+  ASSERT_EQ(kv.exit_code, 0) << kv.text;
+  EXPECT_TRUE(Has(kv.text, "(140,544 bytes)")) << kv.text;
+  EXPECT_FALSE(Has(kv.text, "MLA latent")) << kv.text;
+  Output bad = RunPlan("--layers 61 --kv-heads 2 --head-dim 576 --kind latent");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(Has(bad.text, "--kv-heads 1")) << bad.text;
+  bad = RunPlan(v3 + " --kind mla");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(Has(bad.text, "unknown --kind 'mla'")) << bad.text;
+}
+
 TEST(CapacityPlanTest, BadInputIsAClearError) {
   Output o = RunPlan(std::string(k70B) + " --kv-heads 8 --tokens 12q");
   EXPECT_NE(o.exit_code, 0);
