@@ -262,16 +262,31 @@ class _GroupSpec:
         return max(0, tokens - self.window + 1) // block_tokens
 
 
+def _kv_dtype(spec: Any, cache_dtype: str, index: int) -> str:
+    """kvtier's dtype for a KV cache group: its 16-bit (or fp32) dtype, or, for a group
+    vLLM keeps in fp8 (``kv_cache_dtype`` fp8, one byte a value), that fp8 format."""
+    if spec.dtype in _DTYPES:
+        return _DTYPES[spec.dtype]
+    one_byte = spec.dtype in (torch.uint8, torch.float8_e4m3fn, torch.float8_e5m2)
+    if one_byte and cache_dtype in ("fp8", "fp8_e4m3"):
+        return "fp8_e4m3"  # vLLM's "fp8" is e4m3 (float8_e4m3fn)
+    if one_byte and cache_dtype == "fp8_e5m2":
+        return "fp8_e5m2"
+    raise ValueError(f"kvtier.vllm stores 16-bit, fp32 and fp8 (fp8, fp8_e4m3, fp8_e5m2) KV "
+                     f"caches, not a {spec.dtype} cache with kv_cache_dtype {cache_dtype!r} "
+                     f"(KV cache group {index})")
+
+
 def _namespace(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
                settings: Settings, tp_rank: int, pp_rank: int) -> tuple[list[_GroupSpec], int]:
     """The namespaces of this worker, one per KV cache group, and vLLM's block size.
 
     Raises ValueError, naming the feature, for what the connector cannot
-    store exactly (MLA's latent cache, Mamba state, a KV dtype kvtier has
+    store exactly (Mamba state, DeepSeek-V4's sparse MLA, a KV dtype kvtier has
     no layout for, groups of different block sizes).
     """
     from vllm.platforms import current_platform
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec
 
     from . import Layout
 
@@ -279,22 +294,32 @@ def _namespace(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     if not groups:
         raise ValueError("kvtier.vllm: the model has no KV cache groups")
     block_size = groups[0].kv_cache_spec.block_size
+    cache_dtype = str(vllm_config.cache_config.cache_dtype)
     out: list[_GroupSpec] = []
     for index, group in enumerate(groups):
         spec = group.kv_cache_spec
-        # Exactly full attention or a sliding window, with a K and a V per head:
-        # MLA's latent cache has no K/V split, and other specs (Mamba's state,
-        # chunked local attention) keep blocks that are not the prompt's K and V.
+        # Full attention or a sliding window, with a K and a V per head, or MLA's
+        # one latent vector per token (DeepSeek-V2/V3); other specs (Mamba's state,
+        # chunked local attention, DeepSeek-V4's sparse and indexer caches) keep
+        # blocks that are not a prompt prefix's K and V.
+        kind = "kv"
         if type(spec) is FullAttentionSpec:
             window = 0
         elif type(spec) is SlidingWindowSpec:
             window = int(spec.sliding_window)
+        elif type(spec) is MLAAttentionSpec and not spec.model_version and not spec.alignment:
+            window, kind = 0, "latent"
         else:
-            raise ValueError("kvtier.vllm handles full-attention (FullAttentionSpec) and "
-                             "sliding-window (SlidingWindowSpec) KV caches, not "
-                             f"{type(spec).__name__} (KV cache group {index})")
-        if spec.dtype not in _DTYPES:
-            raise ValueError(f"kvtier.vllm stores fp16, bf16 or fp32 KV caches, not {spec.dtype}")
+            what = type(spec).__name__
+            if type(spec) is MLAAttentionSpec:
+                what = f"MLAAttentionSpec of {spec.model_version or 'an aligned'} sparse MLA"
+            raise ValueError("kvtier.vllm handles full-attention (FullAttentionSpec), "
+                             "sliding-window (SlidingWindowSpec) and MLA (MLAAttentionSpec) KV "
+                             f"caches, not {what} (KV cache group {index})")
+        dtype = _kv_dtype(spec, cache_dtype, index)
+        if dtype.startswith("fp8") and settings.quantize_lower != "off":
+            raise ValueError("kvtier.vllm: quantize_lower with an fp8 KV cache: its blocks are "
+                             "fp8 already (leave quantize_lower 'off')")
         if spec.block_size != block_size:
             raise ValueError("kvtier.vllm: KV cache groups of different block sizes "
                              f"({block_size} and {spec.block_size} tokens)")
@@ -308,16 +333,18 @@ def _namespace(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
             raise ValueError(f"kvtier.vllm: block_tokens {block_tokens} with a sliding window: "
                              f"a sliding-window model takes vLLM's block size ({spec.block_size})")
         layout = Layout(layers=len(group.layer_names), kv_heads=spec.num_kv_heads,
-                        head_dim=spec.head_size, dtype=_DTYPES[spec.dtype],
-                        block_tokens=block_tokens)
+                        head_dim=spec.head_size, dtype=dtype, block_tokens=block_tokens,
+                        kind=kind)
         # The bytes of a block are copied as vLLM's backend lays them out inside
         # a block; on the CPU that layout depends on the attention ISA (AMX packs).
-        if current_platform.is_cpu():
+        if kind == "latent":
+            fmt = "mla"  # [block][token][latent] on every backend
+        elif current_platform.is_cpu():
             try:
                 from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
                 fmt = "cpu-" + _get_attn_isa(spec.dtype, spec.block_size, spec.head_size,
-                                             vllm_config.cache_config.cache_dtype)
+                                             cache_dtype)
             except Exception:  # an older or newer vLLM: keep the blocks apart
                 fmt = "cpu"
         else:
@@ -325,6 +352,8 @@ def _namespace(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
         model = settings.model_id or vllm_config.model_config.model
         parallel = vllm_config.parallel_config
         model_id = f"{model}|vllm-{fmt}"
+        if dtype.startswith("fp8"):  # a 16-bit and an fp8 worker of a model never mix
+            model_id += f"|{dtype}"
         if len(groups) > 1:  # blocks of two groups never share a namespace, or a key
             model_id += f"|group{index}-" + (f"window{window}" if window else "full")
         if parallel.tensor_parallel_size > 1:
@@ -735,26 +764,53 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="kvtier-load")
 
     def _paged_view(self, t: torch.Tensor, name: str, g: _GroupSpec) -> torch.Tensor:
-        """One layer's paged cache as [blocks, 2 (K, V), r, n, kv_heads, head_dim].
-
-        A vLLM block of ``vllm_block`` tokens is r kernel blocks of n tokens.
+        """One layer's paged cache as [blocks, planes, r, n, kv_heads, head_dim]: planes
+        K and V (2) or MLA's latent (1); a vLLM block of ``vllm_block`` tokens is r
+        kernel blocks of n tokens.
         """
         heads, dim, bs = g.layout.kv_heads, g.layout.head_dim, self.vllm_block
-        if t.dim() == 4 and t.shape[1] == heads and t.shape[3] == 2 * dim:
+        if g.layout.kind == "latent":
+            if t.dim() == 4 and t.shape[1] == 1:
+                t = t.squeeze(1)  # the CPU's AMX MLA: [kernel blocks, 1, n, latent]
+            if t.dim() == 3 and t.shape[2] == dim and bs % t.shape[1] == 0:
+                # MLA: [kernel blocks, n, latent], a token's latent vector after another.
+                r = bs // t.shape[1]
+                return t.unflatten(0, (-1, r)).unsqueeze(1).unsqueeze(-2)
+        elif t.dim() == 4 and t.shape[1] == heads and t.shape[3] == 2 * dim:
             # CPU_ATTN: [kernel blocks, H, n, 2*D], each head's n rows of K then n of V.
             n = t.shape[2]
             if t.is_contiguous() and bs % n == 0:
                 r = bs // n
                 return t.view(-1, r, heads, 2, n, dim).permute(0, 3, 1, 4, 2, 5)
-        if t.dim() == 5 and t.shape[0] == 2 and t.shape[3:] == (heads, dim):
+        elif t.dim() == 5 and t.shape[0] == 2 and t.shape[3:] == (heads, dim):
             # FlashAttention and friends: [2, kernel blocks, n, H, D] (any strides).
             n = t.shape[2]
             if bs % n == 0:
                 r = bs // n
                 return t.unflatten(1, (-1, r)).permute(1, 0, 2, 3, 4, 5)
-        raise ValueError(f"kvtier.vllm: layer {name}: a KV cache of shape {tuple(t.shape)} "
-                         f"is not a layout this connector reads (kv_heads {heads}, head size "
-                         f"{dim}, block size {bs})")
+        raise ValueError(f"kvtier.vllm: layer {name}: a {g.layout.kind} KV cache of shape "
+                         f"{tuple(t.shape)} is not a layout this connector reads (kv_heads "
+                         f"{heads}, head size {dim}, block size {bs})")
+
+    def _scales(self, g: _GroupSpec) -> Optional[torch.Tensor]:
+        """An fp8 group's scale table as kvtier's fp8 blocks hold it, [layer][plane][kv_head]
+        fp32, from vLLM's per-layer K and V scales (one per tensor, every head alike);
+        None for a 16-bit group."""
+        if not g.layout.scale_bytes:
+            return None
+        from vllm.model_executor.models.utils import extract_layer_index
+
+        context = self._vllm_config.compilation_config.static_forward_context
+        table = torch.empty((g.layout.layers, g.layout.planes, g.layout.kv_heads),
+                            dtype=torch.float32)
+        for i, name in enumerate(sorted(g.layer_names, key=extract_layer_index)):
+            layer = context[name]
+            for p, which in enumerate(("k", "v")[:g.layout.planes]):
+                value = getattr(layer, f"_{which}_scale_float", None)
+                if value is None:
+                    value = float(getattr(layer, f"_{which}_scale"))
+                table[i, p] = float(value)
+        return table
 
     def _all_layers(self) -> set[tuple[int, int]]:
         return {(g, i) for g, layers in enumerate(self._layers) for i in range(len(layers))}
@@ -818,18 +874,22 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         staged: list[tuple[_GroupSpec, int, Optional[torch.Tensor]]] = []
         for g in self.groups:
             begin = max(first_kb, g.first_block(last_kb * T, T))
-            L, _, _, H, D = g.layout.block_shape
-            device, dtype = self._layers[g.index][0].device, self._layers[g.index][0].dtype
+            device = self._layers[g.index][0].device
 
-            def stage(client: Client, begin: int = begin, L: int = L, H: int = H, D: int = D,
-                      device: Any = device, dtype: Any = dtype) -> Optional[torch.Tensor]:
+            def stage(client: Client, g: _GroupSpec = g, begin: int = begin,
+                      device: Any = device) -> Optional[torch.Tensor]:
                 keys = client.block_keys(load.token_ids)[begin:last_kb]
                 with client.acquire(keys, tier=self.settings.tier) as lease:
                     n = len(lease)
                     if not n:
                         return None
                     src = torch.stack([torch.from_dlpack(lease[i]) for i in range(n)])
-                return src.view(dtype).view(n, L, 2, r, bs, H, D).to(device, non_blocking=True)
+                src = self._checked_scales(g, src, load.req_id)
+                if src is None:
+                    return None
+                L, P, _, H, D = g.layout.block_shape
+                dtype = self._layers[g.index][0].dtype
+                return src.view(dtype).view(-1, L, P, r, bs, H, D).to(device, non_blocking=True)
 
             src = self._call("load", stage, conns[g.index])
             n = 0 if src is None else src.shape[0]
@@ -865,6 +925,24 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                            "recomputes them", load.req_id, failed, wanted)
         return out
 
+    def _checked_scales(self, g: _GroupSpec, src: torch.Tensor,
+                        req_id: str) -> Optional[torch.Tensor]:
+        """Staged blocks (uint8 [n, block_bytes]) less their fp8 scale tables, cut before the
+        first block whose scales are not this worker's (a worker calibrated otherwise
+        wrote it: read with other scales its values would be wrong, so it is recomputed);
+        the blocks as they are for a 16-bit group. None when none is left."""
+        scales = self._scales(g)
+        if scales is None:
+            return src
+        values = g.layout.block_bytes - g.layout.scale_bytes
+        stored = src[:, values:].contiguous().view(torch.float32).view(src.shape[0], -1)
+        same = (stored == scales.reshape(1, -1).to(stored.device)).all(dim=1)
+        n = int(same.long().cumprod(0).sum())
+        if n < src.shape[0]:
+            logger.warning("kvtier: request %s: %d blocks stored with fp8 scales other than "
+                           "this worker's; vLLM recomputes them", req_id, src.shape[0] - n)
+        return src[:n, :values] if n else None
+
     def _copy_layer(self, group: int, layer: int) -> None:
         """Copies one layer of every staged block into vLLM's blocks: one index_put each."""
         if (group, layer) in self._copied:
@@ -877,10 +955,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def _copy_staged(self, st: _Staged, layer: int, dst: torch.Tensor) -> None:
         r, bs = self.ratio, self.vllm_block
-        _, _, _, H, D = self.groups[st.group].layout.block_shape
+        _, P, _, H, D = self.groups[st.group].layout.block_shape
         n = st.src.shape[0]
-        # [n, 2, r, bs, H, D] -> [n * r, 2, bs, H, D] -> dst's [blocks, 2, r', n', H, D]
-        part = st.src[:, layer].transpose(1, 2).reshape(n * r, 2, bs, H, D)
+        # [n, P, r, bs, H, D] -> [n * r, P, bs, H, D] -> dst's [blocks, P, r', n', H, D]
+        part = st.src[:, layer].transpose(1, 2).reshape(n * r, P, bs, H, D)
         part = part[st.skip:st.skip + len(st.block_ids)]
         dst[st.ids] = part.unflatten(2, dst.shape[2:4])
 
@@ -1011,20 +1089,28 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                   g: _GroupSpec) -> None:
         """Gathers the blocks of the slots to fill, one index per layer, then one copy per slot."""
         r, bs = self.ratio, self.vllm_block
-        L, _, T, H, D = g.layout.block_shape
+        L, P, T, H, D = g.layout.block_shape
         layers = self._layers[g.index]
         n = len(to_fill)
         ids = torch.tensor([block_ids[i * r + j] for i in to_fill for j in range(r)],
                            device=layers[0].device)
-        staged = torch.empty((n, L, 2, r, bs, H, D), dtype=layers[0].dtype,
+        staged = torch.empty((n, L, P, r, bs, H, D), dtype=layers[0].dtype,
                              device=layers[0].device)
         for layer, src in enumerate(layers):
-            part = src[ids]  # [n * r, 2, r', n', H, D]
-            staged[:, layer] = part.reshape(n, r, 2, bs, H, D).transpose(1, 2)
+            part = src[ids]  # [n * r, P, r', n', H, D]
+            staged[:, layer] = part.reshape(n, r, P, bs, H, D).transpose(1, 2)
         staged = staged.cpu() if self.settings.tier == Tier.HOST else staged
+        # An fp8 block is vLLM's bytes as they are, then vLLM's scales (kvtier's fp8
+        # block format: no dequantize, no requantize).
+        scales = self._scales(g)
+        values = g.layout.block_bytes - g.layout.scale_bytes
         for k, i in enumerate(to_fill):
-            slot = torch.from_dlpack(write[i]).view(staged.dtype)
-            slot.copy_(staged[k].reshape(-1))
+            slot = torch.from_dlpack(write[i])
+            if scales is None:
+                slot.view(staged.dtype).copy_(staged[k].reshape(-1))
+            else:
+                slot[:values].view(staged.dtype).copy_(staged[k].reshape(-1))
+                slot[values:].view(torch.float32).copy_(scales.reshape(-1).to(slot.device))
             del slot
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:

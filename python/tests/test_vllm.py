@@ -170,11 +170,13 @@ def test_bad_settings_are_refused_clearly(start_daemon, model_dir, tmp_path) -> 
 
 
 def test_kv_caches_it_cannot_store_exactly_are_refused_at_start() -> None:
-    """MLA's latent cache (no K/V split) and Mamba's state are refused with the spec's
-    name, as are groups of several block sizes and a sliding window in kvtier blocks
-    of several vLLM blocks (vLLM frees a window's blocks one at a time), never stored
-    in a layout that would serve wrong blocks. Full-attention and sliding-window
-    groups get a namespace each, the window's first block needed following vLLM's rule."""
+    """Mamba's state and DeepSeek-V4's sparse MLA are refused with the spec's name, as
+    are groups of several block sizes, a sliding window in kvtier blocks of several
+    vLLM blocks (vLLM frees a window's blocks one at a time), KV cache dtypes kvtier
+    has no format for and quantize_lower over an fp8 cache, never stored in a layout
+    that would serve wrong blocks. Full-attention and sliding-window groups get a
+    namespace each, the window's first block needed following vLLM's rule; MLA a
+    latent layout; an fp8 cache an fp8 layout and a namespace apart from 16-bit."""
     import types
 
     import torch
@@ -199,10 +201,31 @@ def test_kv_caches_it_cannot_store_exactly_are_refused_at_start() -> None:
         return types.SimpleNamespace(
             kv_cache_groups=[KVCacheGroupSpec([f"l{i}"], s) for i, s in enumerate(specs)])
 
-    for specs, message in (([mla], "not MLAAttentionSpec"), ([full, mamba], "not MambaSpec"),
+    sparse = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576,
+                              dtype=torch.float16, model_version="deepseek_v4")
+    for specs, message in (([sparse], "not MLAAttentionSpec of deepseek_v4 sparse MLA"),
+                           ([full, mamba], "not MambaSpec"),
                            ([full, full32], "different block sizes")):
         with pytest.raises(ValueError, match=message):
             _namespace(vllm_config, config(*specs), settings, 0, 0)
+    (latent,), _ = _namespace(vllm_config, config(mla), settings, 0, 0)
+    assert (latent.layout.kind, latent.layout.planes, latent.layout.head_dim) == ("latent", 1, 576)
+    assert latent.model_id == "m|vllm-mla"
+    # fp8: vLLM's one-byte cache (uint8) in the fp8 format kv_cache_dtype names.
+    byte = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.uint8)
+    for cache_dtype, fmt in (("fp8", "fp8_e4m3"), ("fp8_e4m3", "fp8_e4m3"),
+                             ("fp8_e5m2", "fp8_e5m2")):
+        vllm_config.cache_config.cache_dtype = cache_dtype
+        (g,), _ = _namespace(vllm_config, config(byte), settings, 0, 0)
+        assert g.layout.dtype == fmt and g.model_id.endswith("|" + fmt)
+        assert g.layout.scale_bytes == 4 * 1 * 2 * 2  # fp32 per layer, K and V, head
+        with pytest.raises(ValueError, match="quantize_lower with an fp8 KV cache"):
+            _namespace(vllm_config, config(byte),
+                       Settings.from_extra_config({"quantize_lower": "fp8_e4m3"}), 0, 0)
+    vllm_config.cache_config.cache_dtype = "fp8_inc"
+    with pytest.raises(ValueError, match="not a torch.uint8 cache with kv_cache_dtype 'fp8_inc'"):
+        _namespace(vllm_config, config(byte), settings, 0, 0)
+    vllm_config.cache_config.cache_dtype = "auto"
     with pytest.raises(ValueError, match="sliding-window model takes vLLM's block size"):
         _namespace(vllm_config, config(full, window),
                    Settings.from_extra_config({"socket": "/s", "block_tokens": 32}), 0, 0)

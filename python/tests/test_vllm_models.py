@@ -6,6 +6,13 @@ Sliding window and full attention (Gemma 3): vLLM's hybrid KV cache manager give
 the model two KV cache groups. The full-attention layers need every block of a
 prefix, the sliding-window layers (window 256 tokens) only the blocks of their
 window before the first token to compute, and that is all kvtier stores of them.
+
+MLA (DeepSeek-V2): one latent vector of 576 values per token and layer, kvtier's
+latent layout; vLLM's CPU build runs it on its AMX MLA backend, in bf16.
+
+fp8 KV cache (kv_cache_dtype fp8): vLLM's one-byte values as they are, with vLLM's
+scales in the fp8 block's scale table; a 16-bit worker of the same model keeps
+namespaces of its own.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import pytest
 
 from test_vllm import assert_same_output
 from vllm_driver import Engine, connector
-from vllm_engine import TINY_GEMMA3
+from vllm_engine import TINY, TINY_DEEPSEEK_V2, TINY_GEMMA3
 
 BLOCK = 128
 WINDOW = TINY_GEMMA3["sliding_window"]
@@ -28,6 +35,33 @@ LONG = [_rng.randrange(1, 1000) for _ in range(900)]  # 7 full blocks, 3.5 windo
 H1 = LONG + [5, 6, 7]
 H2 = LONG + [8, 9, 10, 11]
 HYBRID_PROMPTS = {"H1": H1, "H2": H2}
+
+
+def committed_blocks(socket: str) -> int:
+    import kvtier
+
+    with kvtier.Client("probe", kvtier.Layout(1, 1, 32, "fp16", 16), socket=socket,
+                       map_arenas=False) as c:
+        return int(c.stats()["committed_blocks"])
+
+
+def hit_then_same(engine_args: Dict[str, Any], model_dir: Path, baseline: Dict[str, Any],
+                  socket: str, log: Path, stored: int, before: int = 0) -> Engine:
+    """An engine with the connector: H1 computes everything and matches `baseline`, its
+    `stored` blocks land in kvtierd (on top of `before`), then H2 finds 7 blocks there
+    and matches `baseline` too. Returns the engine, closed."""
+    engine = Engine(model_dir, log, **engine_args, **connector(socket))
+    try:
+        first = engine.generate(H1)
+        assert first["cached"] == 0
+        assert_same_output(first, baseline["H1"])
+        engine.wait_committed(socket, before + stored)
+        second = engine.generate(H2)
+        assert second["cached"] == 7 * BLOCK
+        assert_same_output(second, baseline["H2"])
+    finally:
+        engine.close()
+    return engine
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +114,52 @@ def test_sliding_window_and_full_layers(start_daemon, gemma3_dir, gemma3_baselin
         stats = c.stats()
     # Nothing more than those 9 blocks: the second request's were there already.
     assert int(stats["committed_blocks"]) == 7 + window_blocks, stats
+
+
+def test_mla_latent_blocks(start_daemon, tmp_path_factory, tmp_path) -> None:
+    model_dir = tmp_path_factory.mktemp("vllm-mla") / "tiny-deepseek-v2"
+    """In bf16 a prefill of H2's last tokens alone rounds otherwise than H2's whole prefill
+    (enough to turn a tiny random model's next tokens): the baseline is vLLM's own prefix
+    cache, whose hit on H2 computes the same last tokens over the same latent bytes."""
+    args: Dict[str, Any] = dict(enable_prefix_caching=False, model_config=TINY_DEEPSEEK_V2,
+                                dtype="bfloat16")
+    base = Engine(model_dir, tmp_path / "baseline.log", **{**args, "enable_prefix_caching": True})
+    try:
+        baseline = {name: base.generate(p) for name, p in HYBRID_PROMPTS.items()}
+    finally:
+        base.close()
+    assert base.logged("AMX_MLA") or base.logged("CPU_MLA"), base.log()
+    assert baseline["H2"]["cached"] == 7 * BLOCK  # vLLM's own hit
+    d = start_daemon()
+    engine = hit_then_same(args, model_dir, baseline, d.socket, tmp_path / "vllm.log", 7)
+    # One namespace, latent: 2 layers x 128 tokens x 576 bf16 values a block.
+    assert engine.logged("kind='latent'"), engine.log()
+    assert committed_blocks(d.socket) == 7
+
+
+def test_fp8_kv_cache(start_daemon, tmp_path_factory, tmp_path) -> None:
+    """Against vLLM's own fp8 run: the blocks kvtier gives back are the bytes vLLM wrote
+    (a dequantize and requantize would move the log-probabilities)."""
+    model_dir = tmp_path_factory.mktemp("vllm-fp8") / "tiny-llama"
+    fp8: Dict[str, Any] = dict(enable_prefix_caching=False, model_config=TINY,
+                               kv_cache_dtype="fp8")
+    base = Engine(model_dir, tmp_path / "baseline.log", **fp8)
+    try:
+        baseline = {name: base.generate(p) for name, p in HYBRID_PROMPTS.items()}
+    finally:
+        base.close()
+    d = start_daemon()
+    # A 16-bit worker of the same model stores H1 first ...
+    wide = Engine(model_dir, tmp_path / "wide.log", enable_prefix_caching=False,
+                  model_config=TINY, **connector(d.socket))
+    try:
+        assert wide.generate(H1)["cached"] == 0
+        wide.wait_committed(d.socket, 7)
+    finally:
+        wide.close()
+    # ... and the fp8 worker finds none of it (its own namespace), stores its own.
+    engine = hit_then_same(fp8, model_dir, baseline, d.socket, tmp_path / "vllm.log", 7,
+                           before=7)
+    assert engine.logged("dtype='fp8_e4m3'"), engine.log()
+    assert engine.logged("|fp8_e4m3"), engine.log()
+    assert committed_blocks(d.socket) == 14

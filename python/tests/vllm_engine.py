@@ -54,9 +54,21 @@ TINY_GEMMA3 = dict(architecture="gemma3", vocab_size=1000, hidden_size=128,
                                 "full_attention"])
 
 
+# DeepSeek-V2's MLA: one latent vector per token and layer, kv_lora_rank 512 + 64
+# rope dimensions = 576, the head size vLLM's CPU MLA backends take (bf16 on AMX).
+# Two layers, both dense (first_k_dense_replace): the experts are not what is tested.
+TINY_DEEPSEEK_V2 = dict(architecture="deepseek_v2", vocab_size=1000, hidden_size=64,
+                        intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                        num_key_value_heads=2, kv_lora_rank=512, q_lora_rank=None,
+                        qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=512,
+                        first_k_dense_replace=2, n_routed_experts=4, n_shared_experts=1,
+                        moe_intermediate_size=64, num_experts_per_tok=2,
+                        max_position_embeddings=2048, initializer_range=0.1)
+
+
 def write_model(path: str, config: dict, seed: int = 0) -> None:
     """A model made from `config` with seeded random weights, saved as safetensors: a
-    Llama, or the architecture `config["architecture"]` names ("gemma3")."""
+    Llama, or the architecture `config["architecture"]` names ("gemma3", "deepseek_v2")."""
     import torch
 
     if os.path.exists(os.path.join(path, "model.safetensors")):
@@ -68,6 +80,11 @@ def write_model(path: str, config: dict, seed: int = 0) -> None:
         from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
         Gemma3ForCausalLM(Gemma3TextConfig(**config)).save_pretrained(path)
+        return
+    if arch == "deepseek_v2":
+        from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+        DeepseekV2ForCausalLM(DeepseekV2Config(**config)).save_pretrained(path)
         return
     from transformers import LlamaConfig, LlamaForCausalLM
 
