@@ -136,6 +136,7 @@ class Settings:
     load_async: str = "auto"
     hints: bool = True
     store_prompt: bool = True
+    producer_wait_s: float = 10.0
     daemon: dict[str, Any] = field(default_factory=dict)  # ensure_daemon()'s settings
 
     def resolve_socket(self) -> str:
@@ -146,7 +147,7 @@ class Settings:
     def from_extra_config(extra: dict[str, Any]) -> "Settings":
         known = {"socket", "salt", "model_id", "tier", "retention_priority",
                  "retention_duration_ms", "block_tokens", "timeout_ms", "retry_interval_s",
-                 "quantize_lower", "load_async", "hints", "store_prompt",
+                 "quantize_lower", "load_async", "hints", "store_prompt", "producer_wait_s",
                  "daemon_host_memory", "daemon_ssd_dir", "daemon_ssd_capacity",
                  "daemon_idle_exit_s"}
         unknown = sorted(set(extra) - known)
@@ -179,6 +180,7 @@ class Settings:
                              f"{s.load_async!r}")
         s.hints = _flag(extra, "hints", True)
         s.store_prompt = _flag(extra, "store_prompt", True)
+        s.producer_wait_s = float(extra.get("producer_wait_s", 10.0))
         for key in ("host_memory", "ssd_dir", "ssd_capacity", "idle_exit_s"):
             if extra.get("daemon_" + key) is not None:
                 s.daemon[key] = extra["daemon_" + key]
@@ -207,6 +209,7 @@ class _Load:
     first_token: int  # tokens before this one are computed already (vLLM's own hit)
     block_ids: list[list[int]]  # per KV cache group: the request's vLLM blocks, from its first
     asynchronous: bool = False  # off the forward; done when get_finished says so
+    wait_s: float = 0.0  # kv_consumer: how long to wait for a producer's blocks to land
 
 
 @dataclass
@@ -462,6 +465,17 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # A kvtier block that cannot be loaded is recomputed, never a failed request.
         if self._kv_transfer_config.kv_load_failure_policy != "recompute":
             self._kv_transfer_config.kv_load_failure_policy = "recompute"
+        # kv_both: loads and stores. Prefill/decode disaggregation: a kv_producer (the
+        # prefill instance) stores every prompt at the end of its prefill and never
+        # loads; a kv_consumer (the decode instance) loads and never stores.
+        kv_role = self._kv_transfer_config.kv_role or "kv_both"
+        self.loads = kv_role != "kv_producer"
+        self.stores = kv_role != "kv_consumer"
+        parallel = vllm_config.parallel_config
+        if parallel.pipeline_parallel_size > 1:
+            raise ValueError("kvtier.vllm does not serve pipeline parallelism "
+                             f"(pipeline_parallel_size {parallel.pipeline_parallel_size}): its "
+                             "scheduler cannot check each stage's blocks before it offers a hit")
         tp_rank = pp_rank = 0
         if role == KVConnectorRole.WORKER:
             from vllm.distributed.parallel_state import get_pp_group, get_tp_group
@@ -489,11 +503,21 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                                for g in self.groups]
         self.conn = self.conns[0]
         self.model_id, self.layout = self.groups[0].model_id, self.groups[0].layout
+        # What a hit needs: with tensor parallelism every rank's shard, so the scheduler
+        # looks up (and hints) the namespaces of every rank; a worker only its own.
+        self.shards: list[tuple[list[_GroupSpec], list[_Connection]]] = [(self.groups, self.conns)]
+        if not is_worker:
+            for rank in range(1, parallel.tensor_parallel_size):
+                groups, _ = _namespace(vllm_config, kv_cache_config, self.settings, rank, 0)
+                self.shards.append((groups, [_Connection(g.model_id, g.layout, self.settings,
+                                                         who, map_arenas=False)
+                                             for g in groups]))
         # Scheduler state.
         self._requests: dict[str, "Request"] = {}  # accepted and not finished
         self._hits: dict[str, int] = {}  # request -> kvtier blocks cached at lookup
         self._tiers: dict[str, list[Tier]] = {}  # request -> the tier of each hit
         self._async: dict[str, bool] = {}  # request -> its load goes off the forward
+        self._wait: dict[str, bool] = {}  # request -> its load waits for a producer's blocks
         self._local: dict[str, int] = {}  # request -> tokens of vLLM's own hit at lookup
         self._prompt_stored: dict[str, int] = {}  # request -> its prompt's blocks, at prefill end
         self._prompt_issued: set[str] = set()  # requests with a store of the prompt issued
@@ -523,8 +547,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             # Attach (with socket "auto", find or start the node's kvtierd) as the
             # engine starts, not at its first request: the log says where kvtierd
             # is, or that it is not, before the server takes traffic.
-            for conn in self.conns:
-                conn.get()
+            for _, conns in self.shards:
+                for conn in conns:
+                    conn.get()
 
     def _count(self, name: str, n: int = 1) -> None:
         with self._counters_lock:
@@ -545,7 +570,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         """vLLM accepted the request: hint its prompt, so that what kvtierd has of it on
         the SSD or in the remote tier comes up to memory while it waits to be scheduled."""
         self._requests[request.request_id] = request
-        if not self.settings.hints:
+        if not self.settings.hints or not self.loads:
             return
         tokens = self._usable(request)
         if not tokens:
@@ -553,7 +578,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         n = len(tokens) // self.block_tokens
         hinted = [self._call("hint", lambda c, g=g: c.hint(
             c.block_keys(tokens)[g.first_block(n * self.block_tokens, self.block_tokens):]),
-            self.conns[g.index]) for g in self.groups]
+            conns[g.index]) for groups, conns in self.shards for g in groups]
         if all(h is not None for h in hinted):
             self._count("hinted_requests", 1)
 
@@ -561,35 +586,35 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         """(kvtier blocks usable as a hit, the tier of each) for a prompt's tokens, or
         None when kvtierd cannot be reached.
 
-        A hit of n blocks needs, in every full-attention group, the n blocks, and in
-        every sliding-window group the blocks of its window before block n: those are
-        the only ones a window group stores, so the hit is the longest n for which
-        every group has what it needs.
+        A hit of n blocks needs, in every full-attention group of every tensor-parallel
+        rank, the n blocks, and in every sliding-window group the blocks of its window
+        before block n: those are the only ones a window group stores, so the hit is
+        the longest n for which every group of every rank has what it needs.
         """
         T = self.block_tokens
         n = len(tokens) // T
-        keys: list[list[Any]] = []
         tiers: list[Tier] = []
-        for g in self.groups:
-            chain = self._call("lookup", lambda c: c.block_keys(tokens), self.conns[g.index])
-            if chain is None:
-                return None
-            keys.append(chain)
-            if g.window:
-                continue
-            found = self._call("lookup", lambda c, k=chain: c.lookup(k), self.conns[g.index])
-            if found is None:
-                return None
-            n = min(n, found.hits)
-            if not tiers or len(found.tiers) < len(tiers):
-                tiers = list(found.tiers)
-        windows = [g for g in self.groups if g.window]
+        windows: list[tuple[_GroupSpec, _Connection, list[Any]]] = []
+        for groups, conns in self.shards:
+            for g in groups:
+                conn = conns[g.index]
+                chain = self._call("lookup", lambda c: c.block_keys(tokens), conn)
+                if chain is None:
+                    return None
+                if g.window:
+                    windows.append((g, conn, chain))
+                    continue
+                found = self._call("lookup", lambda c, k=chain: c.lookup(k), conn)
+                if found is None:
+                    return None
+                n = min(n, found.hits)
+                if not tiers or len(found.tiers) < len(tiers):
+                    tiers = list(found.tiers)
         while windows and n > local_blocks:
             ok = True
-            for g in windows:
+            for g, conn, chain in windows:
                 first = g.first_block(n * T, T)
-                found = self._call("lookup", lambda c, k=keys[g.index][first:n]: c.lookup(k),
-                                   self.conns[g.index])
+                found = self._call("lookup", lambda c, k=chain[first:n]: c.lookup(k), conn)
                 if found is None:
                     return None
                 if found.hits < n - first:
@@ -605,7 +630,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
         usable = self._usable(request)
-        if len(usable) <= num_computed_tokens or request.request_id in self._async_tried:
+        if (not self.loads or len(usable) <= num_computed_tokens
+                or request.request_id in self._async_tried):
             # (A request asked again after an asynchronous load had its load fail, or
             # was preempted: it recomputes rather than try the same blocks again.)
             self._hits.pop(request.request_id, None)
@@ -615,6 +641,16 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             return 0, False
         self._count("lookups", 1)
         hits, tiers = found
+        # A kv_consumer's request from the proxy names the blocks its producer stored
+        # (kv_transfer_params): those still on their way are waited for, off the
+        # forward, rather than recomputed.
+        params = request.kv_transfer_params or {}
+        produced = min(int(params.get("kvtier_prompt_blocks", 0) or 0),
+                       len(usable) // self.block_tokens)
+        wait = not self.stores and produced > hits
+        if wait:
+            hits = produced
+        self._wait[request.request_id] = wait
         self._hits[request.request_id] = hits
         self._tiers[request.request_id] = tiers
         # update_state_after_alloc comes before vLLM sets request.num_computed_tokens.
@@ -623,7 +659,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         first = num_computed_tokens // self.block_tokens
         slow = any(t in (Tier.SSD, Tier.REMOTE) for t in tiers[first:hits])
         mode = self.settings.load_async
-        asynchronous = new > 0 and (mode == "always" or (mode == "auto" and slow))
+        asynchronous = new > 0 and (mode == "always" or (mode == "auto" and slow) or wait)
         self._async[request.request_id] = asynchronous
         return new, asynchronous
 
@@ -655,6 +691,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                                  num_external_tokens: int) -> None:
         computed = self._local.pop(request.request_id, 0)
         asynchronous = self._async.pop(request.request_id, False)
+        wait = self._wait.pop(request.request_id, False)
         if num_external_tokens <= 0:
             return
         end = computed + num_external_tokens
@@ -666,7 +703,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._loads[request.request_id] = _Load(
             req_id=request.request_id, token_ids=list((request.prompt_token_ids or [])[:end]),
             first_token=computed, block_ids=[list(b) for b in blocks.get_block_ids()],
-            asynchronous=asynchronous)
+            asynchronous=asynchronous, wait_s=self.settings.producer_wait_s if wait else 0.0)
 
     def update_connector_output(self, connector_output: Any) -> None:
         for req_id in getattr(connector_output, "finished_recving", None) or ():
@@ -678,7 +715,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             # it runs again its prompt is stored again at the end of that prefill.
             self._prompt_issued.discard(req_id)
             self._prompt_stored.pop(req_id, None)
-        if self.settings.store_prompt:
+        if self.stores and (self.settings.store_prompt or not self.loads):
             self._store_prompts(scheduler_output)
         meta = KvtierConnectorMetadata(
             loads=list(self._loads.values()), saves=self._saves,
@@ -724,7 +761,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         req_id = request.request_id
         hits = self._hits.pop(req_id, 0)
         stored = self._prompt_stored.pop(req_id, 0)
-        for d in (self._requests, self._tiers, self._async, self._local, self._loads):
+        for d in (self._requests, self._tiers, self._async, self._wait, self._local,
+                  self._loads):
             d.pop(req_id, None)
         self._async_tried.discard(req_id)
         if req_id in self._loading:
@@ -741,12 +779,16 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # behind it on the worker, says when they may be freed.
         issued = req_id in self._prompt_issued
         self._prompt_issued.discard(req_id)
-        if not issued and (full <= max(hits, stored) or self.conn.get() is None):
-            return False, None
+        # A kv_producer tells the proxy (the response's kv_transfer_params) how many of
+        # the prompt's blocks it stored, for the consumer to wait for.
+        params = {"kvtier_prompt_blocks": stored} if issued and not self.loads else None
+        if not self.stores or (not issued and (full <= max(hits, stored)
+                                               or self.conn.get() is None)):
+            return False, params
         tokens = list(request.all_token_ids[:full * self.block_tokens])
         self._saves.append(_Save(req_id=req_id, token_ids=tokens,
                                  block_ids=[list(b[:full * self.ratio]) for b in block_ids]))
-        return True, None  # vLLM frees the blocks once get_finished() reports the save
+        return True, params  # vLLM frees the blocks once get_finished() reports the save
 
     # ---------------------------------------------------------------- worker
 
@@ -879,6 +921,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             def stage(client: Client, g: _GroupSpec = g, begin: int = begin,
                       device: Any = device) -> Optional[torch.Tensor]:
                 keys = client.block_keys(load.token_ids)[begin:last_kb]
+                deadline = time.monotonic() + load.wait_s
+                while (load.wait_s and client.lookup(keys).hits < len(keys)
+                       and time.monotonic() < deadline):
+                    time.sleep(0.005)  # a producer's store still on its way
                 with client.acquire(keys, tier=self.settings.tier) as lease:
                     n = len(lease)
                     if not n:

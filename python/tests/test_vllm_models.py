@@ -163,3 +163,44 @@ def test_fp8_kv_cache(start_daemon, tmp_path_factory, tmp_path) -> None:
     assert engine.logged("dtype='fp8_e4m3'"), engine.log()
     assert engine.logged("|fp8_e4m3"), engine.log()
     assert committed_blocks(d.socket) == 14
+
+
+def test_tensor_parallel_2(start_daemon, tmp_path_factory, tmp_path, monkeypatch) -> None:
+    """Each rank stores and loads its own shard (its KV heads) in a namespace of its own;
+    the scheduler offers a hit only as long as every rank has its shard."""
+    import re
+
+    import kvtier
+
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # a core for each rank
+    model_dir = tmp_path_factory.mktemp("vllm-tp") / "tiny-llama"
+    tp: Dict[str, Any] = dict(enable_prefix_caching=False, model_config=TINY,
+                              tensor_parallel_size=2, distributed_executor_backend="mp")
+    base = Engine(model_dir, tmp_path / "baseline.log", **tp)
+    try:
+        baseline = {name: base.generate(p) for name, p in HYBRID_PROMPTS.items()}
+    finally:
+        base.close()
+    d = start_daemon()
+    engine = Engine(model_dir, tmp_path / "vllm.log", **tp, **connector(d.socket))
+    try:
+        first = engine.generate(H1)
+        assert first["cached"] == 0
+        assert_same_output(first, baseline["H1"])
+        engine.wait_committed(d.socket, 2 * 7)  # 7 blocks a rank
+        # Rank 1 loses the last 4 blocks of the prefix: a hit is the 3 both ranks have.
+        assert engine.logged("|tp1of2"), engine.log()
+        (rank1,) = set(re.findall(r"as '([^']*\|tp1of2)'", engine.log()))
+        heads = TINY["num_key_value_heads"] // 2
+        head_dim = TINY["hidden_size"] // TINY["num_attention_heads"]
+        with kvtier.Client(rank1, kvtier.Layout(2, heads, head_dim, "fp32", BLOCK),
+                           socket=d.socket, map_arenas=False) as c:
+            keys = c.block_keys(H1)
+            c.remove(keys[3:7])
+            assert c.lookup(keys).hits == 3
+        second = engine.generate(H2)
+        assert second["cached"] == 3 * BLOCK
+        assert_same_output(second, baseline["H2"])
+    finally:
+        engine.close()
+    assert "blocks not loaded" not in engine.log()  # no rank had to recompute a block
