@@ -929,8 +929,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                     n = len(lease)
                     if not n:
                         return None
-                    src = torch.stack([torch.from_dlpack(lease[i]) for i in range(n)])
-                src = self._checked_scales(g, src, load.req_id)
+                    raw = torch.stack([torch.from_dlpack(lease[i]) for i in range(n)])
+                src = self._checked_scales(g, raw, load.req_id)
                 if src is None:
                     return None
                 L, P, _, H, D = g.layout.block_shape

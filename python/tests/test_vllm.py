@@ -238,3 +238,46 @@ def test_kv_caches_it_cannot_store_exactly_are_refused_at_start() -> None:
     # One group: the namespace as before hybrid models (the caches already stored hit).
     (only,), _ = _namespace(vllm_config, config(full), settings, 0, 0)
     assert "|group" not in only.model_id
+
+
+def test_fp8_blocks_carry_the_workers_scales_and_others_are_not_loaded() -> None:
+    """An fp8 block holds vLLM's values as they are and, in its scale table, the scales
+    vLLM wrote them with ([layer][K|V][kv_head], one per layer's tensor); read back by a
+    worker whose scales differ, a block's values would mean other numbers, so the
+    staged blocks stop before the first such block (vLLM recomputes it and the rest)."""
+    import types
+
+    import torch
+
+    import kvtier
+    from kvtier.vllm import KvtierConnector, _GroupSpec
+
+    names = [f"model.layers.{i}.self_attn.attn" for i in (1, 0)]  # as vLLM may list them
+    layers = {names[0]: types.SimpleNamespace(_k_scale_float=0.5, _v_scale_float=0.25),
+              names[1]: types.SimpleNamespace(_k_scale_float=2.0, _v_scale_float=4.0)}
+    conn = KvtierConnector.__new__(KvtierConnector)  # the worker's fp8 logic alone
+    conn._vllm_config = types.SimpleNamespace(compilation_config=types.SimpleNamespace(
+        static_forward_context=layers))
+    layout = kvtier.Layout(layers=2, kv_heads=2, head_dim=32, dtype="fp8_e4m3", block_tokens=16)
+    g = _GroupSpec(0, 0, "m", layout, names)
+    table = conn._scales(g)
+    assert table is not None and table.shape == (2, 2, 2)
+    assert table[0].tolist() == [[2.0, 2.0], [4.0, 4.0]]  # layer 0 first, K then V, per head
+    assert table[1].tolist() == [[0.5, 0.5], [0.25, 0.25]]
+    values = layout.block_bytes - layout.scale_bytes
+    assert layout.scale_bytes == table.numel() * 4
+
+    def block(scales: torch.Tensor, seed: int) -> torch.Tensor:
+        g_ = torch.Generator().manual_seed(seed)
+        v = torch.randint(0, 256, (values,), dtype=torch.uint8, generator=g_)
+        return torch.cat([v, scales.reshape(-1).view(torch.uint8)])
+
+    other = table.clone()
+    other[1, 0, 1] = 0.75  # one head's K scale of one layer
+    src = torch.stack([block(table, 1), block(table, 2), block(other, 3), block(table, 4)])
+    out = conn._checked_scales(g, src, "r")
+    assert out is not None and out.shape == (2, values)
+    assert torch.equal(out, src[:2, :values])  # the values, byte for byte
+    assert conn._checked_scales(g, src[2:], "r") is None
+    wide = _GroupSpec(0, 0, "m", kvtier.Layout(2, 2, 32, "fp16", 16), names)
+    assert conn._scales(wide) is None and conn._checked_scales(wide, src, "r") is src
