@@ -74,6 +74,9 @@ Settings, in ``kv_connector_extra_config`` (all optional):
 ``store_prompt``
     Store the prompt's blocks at the end of its prefill, not only when the
     request finishes (default true).
+``producer_wait_s``
+    A ``kv_consumer``'s longest wait for the blocks its ``kv_producer`` said it
+    stored (default 10); past it the missing blocks are recomputed.
 ``quantize_lower``
     ``"off"`` (default), ``"fp8_e4m3"`` or ``"fp8_e5m2"``: kvtierd keeps this
     model's blocks in its SSD and remote tiers in that fp8 format (half the
@@ -81,8 +84,17 @@ Settings, in ``kv_connector_extra_config`` (all optional):
     caches only). Every worker of a model must use the same.
 
 The namespace is the model id, the KV dtype and layout (layers, KV heads,
-head size, block tokens, the attention backend's block format) and, with
-tensor or pipeline parallelism, the worker's rank: shards never mix blocks.
+head size, block tokens, the attention backend's block format, K/V or MLA's
+latent), the KV cache group with several (vLLM's hybrid KV cache: full and
+sliding-window groups) and, with tensor parallelism, the worker's rank:
+groups and shards never mix blocks, and a hit needs every rank's shard. An fp8
+KV cache (``kv_cache_dtype`` fp8) is stored as vLLM holds it, its scales in
+kvtier's fp8 block format, in namespaces apart from 16-bit workers.
+
+``kv_role``: ``kv_both`` loads and stores; for prefill/decode disaggregation a
+``kv_producer`` stores each prompt at the end of its prefill and never loads,
+a ``kv_consumer`` loads and never stores (python/examples/pd_proxy.py routes
+between them; docs/vllm-pd.md).
 """
 
 from __future__ import annotations
