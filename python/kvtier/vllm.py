@@ -546,6 +546,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._copied: set[tuple[int, int]] = set()  # (group, layer) of this step copied already
         self._load_errors: set[int] = set()
         self._loader: Optional[ThreadPoolExecutor] = None  # asynchronous loads
+        self._waiter: Optional[ThreadPoolExecutor] = None  # those waiting for a producer
         self._loaded: set[str] = set()  # asynchronous loads done, for get_finished
         self._saver: Optional[ThreadPoolExecutor] = None
         self._saved: set[str] = set()
@@ -816,6 +817,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._layer_index.update({n: (g.index, i) for i, n in enumerate(names)})
         self._saver = ThreadPoolExecutor(1, thread_name_prefix="kvtier-save")
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="kvtier-load")
+        # A kv_consumer's loads that wait for a producer's blocks, off the loader
+        # thread: a slow producer holds up no other load (the client serializes calls).
+        self._waiter = ThreadPoolExecutor(4, thread_name_prefix="kvtier-wait")
 
     def _paged_view(self, t: torch.Tensor, name: str, g: _GroupSpec) -> torch.Tensor:
         """One layer's paged cache as [blocks, planes, r, n, kv_heads, head_dim]: planes
@@ -883,8 +887,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         assert isinstance(meta, KvtierConnectorMetadata)
         for load in meta.loads:
             if load.asynchronous:
-                assert self._loader is not None
-                self._loader.submit(self._load_async, load)
+                pool = self._waiter if load.wait_s else self._loader
+                assert pool is not None
+                pool.submit(self._load_async, load)
         self._staged = [staged for load in meta.loads if not load.asynchronous
                         for staged in self._load(load)]
         self._copied = set()
@@ -1183,8 +1188,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         return errors
 
     def shutdown(self) -> None:
-        if self._loader is not None:
-            self._loader.shutdown(wait=True)
+        for pool in (self._waiter, self._loader):
+            if pool is not None:
+                pool.shutdown(wait=True)
         if self._saver is not None:
             self._saver.shutdown(wait=True)
         c = self.counters
