@@ -10,6 +10,13 @@ and computes only the prompt's last partial block and the output. Its output
 is a single vLLM engine's without any connector, token for token; vLLM's own
 prefix caches are off in both instances, so every hit is kvtierd's.
 
+Across nodes: kvtierd A has a remote tier on a Redis Cluster the module starts
+(3 masters, no replicas), written through, so the producer's blocks reach the
+cluster as they are committed; a second kvtierd (B, its own socket and memory,
+the same cluster and deployment secret) serves a second consumer, behind a
+second proxy from the same producer. B has none of the prompt's blocks but
+what it reads from the cluster.
+
 Prompts are token ids (no tokenizer: --skip-tokenizer-init). One set of
 servers serves the whole module: each vLLM start costs about a minute here.
 """
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -35,6 +43,7 @@ from vllm_driver import Engine
 from vllm_engine import committed
 
 sys.path.insert(0, str(REPO))
+from bench.serving.redis_cluster import RedisCluster, write_secret  # noqa: E402
 from bench.serving.servers import VllmServer, free_port  # noqa: E402
 
 PROXY = REPO / "python" / "examples" / "pd_proxy.py"
@@ -45,7 +54,12 @@ _rng = random.Random(7)
 PROMPT = [_rng.randrange(1, 1000) for _ in range(7 * BLOCK + 124)]
 # The same first 5 blocks, another tail: 1000 tokens, 7 full blocks, 2 of them new.
 SECOND = PROMPT[:5 * BLOCK] + [_rng.randrange(1, 1000) for _ in range(1000 - 5 * BLOCK)]
-PROMPTS = {"PROMPT": PROMPT, "SECOND": SECOND}
+# For the consumer on node B: 7 full blocks and 77 tokens, sharing no block with
+# the others (its first token differs), so B can have its blocks only from the cluster.
+_rng_b = random.Random(11)
+ACROSS = [_rng_b.randrange(1, 1000) for _ in range(7 * BLOCK + 77)]
+ACROSS[0] = 1000  # outside the other prompts' range(1, 1000)
+PROMPTS = {"PROMPT": PROMPT, "SECOND": SECOND, "ACROSS": ACROSS}
 
 
 def cached_tokens(prompt: List[int]) -> int:
@@ -117,15 +131,47 @@ class Servers:
     url: str  # the proxy's
     proxy_log: Path
     model: str
-    sent: List[List[int]] = field(default_factory=list)  # prompts sent through the proxy
+    remote: List[str]  # kvtierd's flags for the module's remote tier (A's, less write-through)
+    sent: List[List[int]] = field(default_factory=list)  # prompts the producer prefilled
+
+
+def kvtierd_args(remote: List[str]) -> List[str]:
+    return ["--host-capacity", "64MiB", "--host-slab", "1MiB", "--ssd-dir", ""] + remote
+
+
+def stats(socket: str) -> Dict[str, Any]:
+    import kvtier
+
+    with kvtier.Client("probe", kvtier.Layout(1, 1, 32, "fp16", 16), socket=socket,
+                       map_arenas=False) as c:
+        return dict(c.stats())
+
+
+def wait_for(cond: Any, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 @pytest.fixture(scope="module")
-def pd(model_dir: Path, baseline: Dict[str, Any],
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """The nodes' shared remote tier: a real Redis Cluster, 3 masters, no replicas."""
+    with RedisCluster(tmp_path_factory.mktemp("redis"), masters=3, replicas=0) as rc:
+        yield rc
+
+
+@pytest.fixture(scope="module")
+def pd(model_dir: Path, baseline: Dict[str, Any], cluster: RedisCluster,
        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     work = tmp_path_factory.mktemp("pd")
-    daemon = Daemon(work, ["--host-capacity", "64MiB", "--host-slab", "1MiB",
-                           "--ssd-dir", ""]).start()
+    # Node A's kvtierd: the remote tier, written through, for node B (the last test);
+    # the one-node tests see it only as blocks also written to the cluster.
+    remote = ["--remote-seeds", cluster.seeds, "--remote-secret-file",
+              str(write_secret(work / "deployment.secret"))]
+    daemon = Daemon(work, kvtierd_args(remote + ["--remote-write-through"])).start()
     started: List[VllmServer] = []
     proxy: Optional[subprocess.Popen] = None
     try:
@@ -140,7 +186,8 @@ def pd(model_dir: Path, baseline: Dict[str, Any],
             server.start(timeout=900)
         producer, consumer = started
         proxy, url = start_proxy(producer.url, consumer.url, work / "proxy.log")
-        yield Servers(daemon, producer, consumer, url, work / "proxy.log", str(model_dir))
+        yield Servers(daemon, producer, consumer, url, work / "proxy.log", str(model_dir),
+                      remote)
     finally:
         if proxy is not None:
             stop(proxy)
@@ -167,15 +214,16 @@ def get(url: str) -> Tuple[int, bytes]:
         return e.code, e.read()
 
 
-def complete(pd: Servers, prompt: List[int], stream: bool = False) -> Dict[str, Any]:
-    """A greedy completion through the proxy: {"tokens", "logprobs", "cached"}, like
-    vllm_driver.Engine.generate's."""
+def complete(pd: Servers, prompt: List[int], stream: bool = False,
+             url: Optional[str] = None) -> Dict[str, Any]:
+    """A greedy completion through the proxy (pd's, or the one at `url`): {"tokens",
+    "logprobs", "cached"}, like vllm_driver.Engine.generate's."""
     body: Dict[str, Any] = {"model": pd.model, "prompt": prompt, "max_tokens": 8,
                             "temperature": 0, "logprobs": 1, "return_token_ids": True,
                             "return_tokens_as_token_ids": True, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
-    status, raw = post(pd.url + "/v1/completions", body)
+    status, raw = post((url or pd.url) + "/v1/completions", body)
     assert status == 200, raw.decode(errors="replace")
     pd.sent.append(prompt)
     if stream:  # server-sent events, "data: [DONE]" last
@@ -241,3 +289,88 @@ def test_models_health_and_errors_pass_through(pd, tmp_path) -> None:
         assert status == 502 and dead.encode() in raw, raw
     finally:
         stop(proxy)
+
+
+@dataclass
+class Node:
+    """Node B: its own kvtierd over the module's cluster, a consumer on it, and a proxy
+    from the module's producer (node A) to that consumer."""
+    daemon: Daemon
+    consumer: VllmServer
+    url: str  # its proxy's
+    proxy_log: Path
+
+
+@pytest.fixture(scope="module")
+def node_b(pd: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    work = tmp_path_factory.mktemp("node-b")
+    # The same cluster and deployment secret as A; write-back (B's consumer stores
+    # nothing) and the default negative TTL (1 s).
+    daemon = Daemon(work, kvtierd_args(pd.remote), name="kvtierd-b").start()
+    consumer: Optional[VllmServer] = None
+    proxy: Optional[subprocess.Popen] = None
+    try:
+        consumer = VllmServer(Path(pd.model), work / "kv_consumer.log",
+                              connector=pd_connector("kv_consumer", daemon.socket),
+                              prefix_caching=False, cores="1", max_model_len=2048,
+                              extra=["--skip-tokenizer-init", "--enforce-eager"],
+                              env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+        consumer.start(timeout=900)
+        proxy, url = start_proxy(pd.producer.url, consumer.url, work / "proxy.log")
+        yield Node(daemon, consumer, url, work / "proxy.log")
+    finally:
+        if proxy is not None:
+            stop(proxy)
+        if consumer is not None:
+            consumer.stop()
+        daemon.stop()
+
+
+def cached_by_source(server: VllmServer) -> Dict[str, float]:
+    """vLLM's vllm:prompt_tokens_cached_by_source_total, by source, from its /metrics."""
+    out: Dict[str, float] = {}
+    for line in get(server.url + "/metrics")[1].decode().splitlines():
+        m = re.match(r'vllm:prompt_tokens_cached_by_source_total\{(.*)\} (\S+)$', line)
+        if m:
+            src = re.search(r'source="([^"]*)"', m.group(1))
+            if src:
+                out[src.group(1)] = out.get(src.group(1), 0.0) + float(m.group(2))
+    return out
+
+
+def test_across_nodes_the_decode_node_reads_the_blocks_from_the_remote_tier(
+        pd, node_b, baseline, cluster) -> None:
+    a, b = pd.daemon.socket, node_b.daemon.socket
+    t = time.monotonic()
+    out = complete(pd, ACROSS, url=node_b.url)
+    took = time.monotonic() - t
+    assert_same_output(out, baseline["ACROSS"])
+    # The consumer on B found every full block the producer on A computed: B read
+    # them from the cluster (B never had them otherwise).
+    assert out["cached"] == cached_tokens(ACROSS) == 7 * BLOCK, took
+    assert '"kvtier_prompt_blocks": 7' in node_b.proxy_log.read_text()
+    # Node A: the producer's blocks and no more, each written to the cluster at once.
+    assert committed(a) == distinct_blocks(pd.sent)
+    assert wait_for(lambda: stats(a)["tier.remote.written_blocks"] == committed(a)), stats(a)
+    masters = cluster.master_ports()
+    keys = sum(int(cluster.cli(p, "DBSIZE").strip() or 0) for p in masters)
+    assert keys == committed(a) + 1, keys  # and the deployment secret's verifier
+    # Node B: 7 blocks read from the cluster, verified, and hit as tier remote; its
+    # consumer stored nothing and B wrote nothing back.
+    sb = stats(b)
+    hit_remote = sum(v for k, v in sb.items()
+                     if re.fullmatch(r"namespace\.\d+\.hit_tokens\.remote", k))
+    print(f"through the proxy in {took:.2f} s; B: " + ", ".join(
+        f"{k}={v}" for k, v in sorted(sb.items()) if k.startswith(("tier.remote.", "tier.host.b",
+                                                                   "committed", "namespace."))))
+    assert sb["tier.remote.hits"] == 7 and sb["tier.remote.corrupt"] == 0, sb
+    assert hit_remote == 7 * BLOCK, sb
+    assert sb["tier.remote.written_blocks"] == 0, sb
+    assert "not loaded from kvtierd" not in node_b.consumer.log_tail(10**6)
+    # vLLM's view: the 896 tokens came from kvtier (p2p: the remote tier at the
+    # scheduler's lookup; or, when the lookup came before the producer's stores
+    # reached the cluster and the consumer waited for them, unspecified).
+    by_source = cached_by_source(node_b.consumer)
+    print("consumer B's prompt_tokens_cached_by_source:", by_source)
+    assert by_source.get("p2p", 0) + by_source.get("external_unspecified", 0) == 7 * BLOCK, \
+        by_source
