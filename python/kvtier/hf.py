@@ -21,7 +21,12 @@ new full blocks. The same steps by hand, for a forward loop of your own::
     cache.store(input_ids, past)
 
 The namespace is the model id, dtype and layout (layers, KV heads, head
-dim, block tokens), so a different model, dtype or block size never hits.
+dim, block tokens, K/V or latent), so a different model, dtype or block size
+never hits. An MLA model (DeepSeek-V2/V3: ``kv_lora_rank`` in its config)
+caches one latent vector per token and layer, its compressed K/V and its
+rotary key (transformers keeps them as a layer's "keys" and "values"): kvtier
+stores the two side by side, ``kind="latent"``. Sliding-window layers are
+refused when the PrefixCache is made.
 The model id names the weights: give two differently trained models the same
 id and they would share blocks, so pass ``model_id=`` when the model has no
 ``name_or_path`` of its own.
@@ -40,6 +45,14 @@ from . import Client, Layout, ResourceExhaustedError, Tier, _auto, host_buffer
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
+def _latent_split(config: Any) -> Optional[Tuple[int, int]]:
+    """An MLA model's (compressed K/V, rotary key) widths, or None for K/V attention."""
+    rank = getattr(config, "kv_lora_rank", None)
+    if not rank:
+        return None
+    return int(rank), int(config.qk_rope_head_dim)
+
+
 def model_layout(model: PreTrainedModel, block_tokens: int = 16) -> Layout:
     """The kvtier block layout of a decoder-only model's KV cache."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -48,6 +61,10 @@ def model_layout(model: PreTrainedModel, block_tokens: int = 16) -> Layout:
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     if model.dtype not in _DTYPES:
         raise ValueError(f"kvtier.hf stores fp16, bf16 or fp32 caches, not {model.dtype}")
+    latent = _latent_split(config)
+    if latent is not None:
+        return Layout(layers=config.num_hidden_layers, kv_heads=1, head_dim=sum(latent),
+                      dtype=_DTYPES[model.dtype], block_tokens=block_tokens, kind="latent")
     return Layout(
         layers=config.num_hidden_layers,
         kv_heads=kv_heads,
@@ -101,6 +118,13 @@ class PrefixCache:
     ) -> None:
         self.model: Any = model
         self.layout = model_layout(model, block_tokens)
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self._latent = _latent_split(config)
+        sliding = [i for i, layer in enumerate(DynamicCache(config=model.config).layers)
+                   if getattr(layer, "is_sliding", False)]
+        if sliding:
+            raise ValueError(f"kvtier.hf stores full-attention layers only; layers {sliding} of "
+                             "this model keep a sliding window (serve it with kvtier.vllm)")
         self.tier = tier
         name = model_id or getattr(model, "name_or_path", "") or model.config._name_or_path
         if not name:
@@ -110,6 +134,7 @@ class PrefixCache:
             lo = self.layout
             namespace = (
                 f"{name}|{lo.dtype}|{lo.layers}x{lo.kv_heads}x{lo.head_dim}|{lo.block_tokens}"
+                + ("|latent" if lo.kind == "latent" else "")
             )
             client = Client(namespace, lo, socket=socket or _auto.default_or_auto(),
                             salt=salt, timeout_ms=timeout_ms,
@@ -157,6 +182,8 @@ class PrefixCache:
             return cache, 0
         lo = self.layout
         device = self.model.device
+        if self._latent is not None:
+            return self._load_latent(cache, keys, usable)
         with self.client.acquire(keys, self.tier) as lease:
             blocks = len(lease)
             if blocks == 0:
@@ -188,6 +215,33 @@ class PrefixCache:
             v = seq[layer, 1, :, :n].unsqueeze(0)
             # update() with nothing initializes the layer; then it takes the
             # tensors as they are (update() would copy them once more).
+            cache.update(k[:, :, :0], v[:, :, :0], layer)
+            target = cast(Any, cache.layers[layer])
+            target.keys, target.values = k, v
+        return cache, n
+
+    def _load_latent(self, cache: DynamicCache, keys: list[Any],
+                     usable: int) -> Tuple[DynamicCache, int]:
+        """load() for an MLA model: each block [layer][token][latent], the latent its
+        compressed K/V then its rotary key, back into the layers' "keys" and "values"."""
+        lo = self.layout
+        rank, _ = cast(Tuple[int, int], self._latent)
+        with self.client.acquire(keys, self.tier) as lease:
+            blocks = len(lease)
+            if blocks == 0:
+                return cache, 0
+            # [layer, token, latent], one copy per block out of the arena.
+            seq = torch.empty((lo.layers, blocks * lo.block_tokens, lo.head_dim),
+                              dtype=self._dtype, device=self.model.device)
+            by_block = seq.view(lo.layers, blocks, lo.block_tokens, lo.head_dim)
+            for i in range(blocks):
+                src = torch.from_dlpack(lease[i]).view(self._dtype)
+                by_block[:, i].copy_(src.view(lo.layers, lo.block_tokens, lo.head_dim))
+                del src
+        n = min(blocks * lo.block_tokens, usable)
+        for layer in range(lo.layers):
+            latent = seq[layer, :n].view(1, 1, n, lo.head_dim)  # [batch, 1 head, token, latent]
+            k, v = latent[..., :rank], latent[..., rank:]
             cache.update(k[:, :, :0], v[:, :, :0], layer)
             target = cast(Any, cache.layers[layer])
             target.keys, target.values = k, v
@@ -227,7 +281,17 @@ class PrefixCache:
                 ks.append(layer.keys[0])
                 vs.append(layer.values[0])
             written = len(write.allocated)
-            if ks[0].device.type == "cpu" and self.tier == Tier.HOST:
+            if self._latent is not None:
+                # MLA: per block, each layer's [token, compressed K/V | rotary key].
+                T = lo.block_tokens
+                for i in write.allocated:
+                    span = slice((start + i) * T, (start + i + 1) * T)
+                    slot = torch.from_dlpack(write[i]).view(self._dtype).view(
+                        lo.layers, T, lo.head_dim)
+                    for layer, (k, v) in enumerate(zip(ks, vs)):
+                        slot[layer].copy_(torch.cat([k[0, span], v[0, span]], dim=-1))
+                    del slot
+            elif ks[0].device.type == "cpu" and self.tier == Tier.HOST:
                 # One pass over each block, in C++, without the GIL.
                 write.copy_from(ks, vs, first_block=start)
             else:

@@ -212,3 +212,49 @@ def test_the_torch_copy_path_of_device_slots(start_daemon):
         tiers = cache.client.lookup(cache.client.block_keys(ids[0].tolist())).tiers
         assert tiers == [kvtier.Tier.DEVICE] * 5
         assert_reuses(cache, counter, ids, uncached=3)
+
+
+def tiny_deepseek_v2(dtype=torch.float32, seed=0):
+    """DeepSeek-V2's MLA in transformers: each layer caches its compressed K/V (512) and
+    its rotary key (64), one latent vector per token; 2 dense layers."""
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = DeepseekV2Config(vocab_size=1000, hidden_size=64, intermediate_size=128,
+                              num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                              kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+                              qk_nope_head_dim=32, v_head_dim=512, first_k_dense_replace=2,
+                              n_routed_experts=4, n_shared_experts=1, moe_intermediate_size=64,
+                              num_experts_per_tok=2, max_position_embeddings=2048,
+                              initializer_range=0.1)
+    return DeepseekV2ForCausalLM(config).to(dtype).eval()
+
+
+def test_an_mla_model_reuses_its_latent_blocks(daemon):
+    model = tiny_deepseek_v2()
+    with kvtier.hf.PrefixCache(model, model_id="kvtier-tests/tiny-deepseek-v2",
+                               socket=daemon.socket) as cache:
+        lo = cache.layout
+        assert (lo.kind, lo.kv_heads, lo.head_dim, lo.planes) == ("latent", 1, 576, 1)
+        counter = ForwardCounter(model)
+        ids = prompt(3, 70)  # 4 blocks of 16 and 6 tokens
+        assert_reuses(cache, counter, ids, 70)  # nothing cached yet; stores 4 blocks
+        more = torch.cat([ids[:, :64], prompt(4, 9)], dim=1)
+        assert cache.cached_tokens(more) == 64
+        assert_reuses(cache, counter, more, 9)
+        # The latent came back as transformers keeps it: compressed K/V, rotary key.
+        past, n = cache.load(more)
+        assert n == 64 and tuple(past.layers[0].keys.shape) == (1, 1, 64, 512)
+        assert tuple(past.layers[0].values.shape) == (1, 1, 64, 64)
+
+
+def test_sliding_window_layers_are_refused_at_start(daemon):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(Gemma3TextConfig(
+        vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=64,
+        layer_types=["sliding_attention", "full_attention"])).eval()
+    with pytest.raises(ValueError, match=r"layers \[0\] of this model keep a sliding window"):
+        kvtier.hf.PrefixCache(model, model_id="kvtier-tests/tiny-gemma3", socket=daemon.socket)
