@@ -116,6 +116,21 @@ def test_sliding_window_and_full_layers(start_daemon, gemma3_dir, gemma3_baselin
     assert int(stats["committed_blocks"]) == 7 + window_blocks, stats
 
 
+def _cpu_has(feature: str) -> bool:
+    import torch
+
+    return bool(getattr(torch.cpu, f"_is_{feature}_supported")())
+
+
+# Hardware, not packages: vLLM's CPU build runs MLA with prefix caching on AMX
+# only (its reference MLA backend turns prefix caching off), and fp8 KV caches
+# on AVX-512 or AMX.
+needs_amx = pytest.mark.skipif(not _cpu_has("amx_tile"), reason="no AMX on this CPU")
+needs_avx512 = pytest.mark.skipif(not (_cpu_has("avx512") or _cpu_has("amx_tile")),
+                                  reason="no AVX-512 on this CPU")
+
+
+@needs_amx
 def test_mla_latent_blocks(start_daemon, tmp_path_factory, tmp_path) -> None:
     model_dir = tmp_path_factory.mktemp("vllm-mla") / "tiny-deepseek-v2"
     """In bf16 a prefill of H2's last tokens alone rounds otherwise than H2's whole prefill
@@ -137,32 +152,38 @@ def test_mla_latent_blocks(start_daemon, tmp_path_factory, tmp_path) -> None:
     assert committed_blocks(d.socket) == 7
 
 
-def test_fp8_kv_cache(start_daemon, tmp_path_factory, tmp_path) -> None:
+@needs_avx512
+@pytest.mark.parametrize("kv_cache_dtype,fmt", [("fp8", "fp8_e4m3"), ("fp8_e5m2", "fp8_e5m2")])
+def test_fp8_kv_cache(start_daemon, tmp_path_factory, tmp_path, kv_cache_dtype, fmt) -> None:
     """Against vLLM's own fp8 run: the blocks kvtier gives back are the bytes vLLM wrote
-    (a dequantize and requantize would move the log-probabilities)."""
+    (a dequantize and requantize would move the log-probabilities). For e4m3 (vLLM's
+    "fp8"), a 16-bit worker of the same model stores the same prompt first."""
     model_dir = tmp_path_factory.mktemp("vllm-fp8") / "tiny-llama"
     fp8: Dict[str, Any] = dict(enable_prefix_caching=False, model_config=TINY,
-                               kv_cache_dtype="fp8")
+                               kv_cache_dtype=kv_cache_dtype)
     base = Engine(model_dir, tmp_path / "baseline.log", **fp8)
     try:
         baseline = {name: base.generate(p) for name, p in HYBRID_PROMPTS.items()}
     finally:
         base.close()
     d = start_daemon()
-    # A 16-bit worker of the same model stores H1 first ...
-    wide = Engine(model_dir, tmp_path / "wide.log", enable_prefix_caching=False,
-                  model_config=TINY, **connector(d.socket))
-    try:
-        assert wide.generate(H1)["cached"] == 0
-        wide.wait_committed(d.socket, 7)
-    finally:
-        wide.close()
+    before = 0
+    if kv_cache_dtype == "fp8":
+        # A 16-bit worker of the same model stores H1 first ...
+        wide = Engine(model_dir, tmp_path / "wide.log", enable_prefix_caching=False,
+                      model_config=TINY, **connector(d.socket))
+        try:
+            assert wide.generate(H1)["cached"] == 0
+            wide.wait_committed(d.socket, 7)
+        finally:
+            wide.close()
+        before = 7
     # ... and the fp8 worker finds none of it (its own namespace), stores its own.
     engine = hit_then_same(fp8, model_dir, baseline, d.socket, tmp_path / "vllm.log", 7,
-                           before=7)
-    assert engine.logged("dtype='fp8_e4m3'"), engine.log()
-    assert engine.logged("|fp8_e4m3"), engine.log()
-    assert committed_blocks(d.socket) == 14
+                           before=before)
+    assert engine.logged(f"dtype='{fmt}'"), engine.log()
+    assert engine.logged(f"|{fmt}'"), engine.log()
+    assert committed_blocks(d.socket) == before + 7
 
 
 def test_tensor_parallel_2(start_daemon, tmp_path_factory, tmp_path, monkeypatch) -> None:
