@@ -662,6 +662,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                        len(usable) // self.block_tokens)
         wait = not self.stores and produced > hits
         if wait:
+            # The blocks still to come are a peer instance's (vLLM's "p2p" source).
+            tiers = list(tiers[:hits]) + [Tier.REMOTE] * (produced - hits)
             hits = produced
         self._wait[request.request_id] = wait
         self._hits[request.request_id] = hits
@@ -938,10 +940,16 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             def stage(client: Client, g: _GroupSpec = g, begin: int = begin,
                       device: Any = device) -> Optional[torch.Tensor]:
                 keys = client.block_keys(load.token_ids)[begin:last_kb]
-                deadline = time.monotonic() + load.wait_s
-                while (load.wait_s and client.lookup(keys).hits < len(keys)
-                       and time.monotonic() < deadline):
-                    time.sleep(0.005)  # a producer's store still on its way
+                if load.wait_s:  # a producer's store still on its way
+                    deadline, pause, have = time.monotonic() + load.wait_s, 0.002, 0
+                    while time.monotonic() < deadline:
+                        # Only the blocks still missing (each a miss in kvtierd's counts),
+                        # less and less often.
+                        have += client.lookup(keys[have:]).hits
+                        if have >= len(keys):
+                            break
+                        time.sleep(pause)
+                        pause = min(2 * pause, 0.05)
                 with client.acquire(keys, tier=self.settings.tier) as lease:
                     n = len(lease)
                     if not n:

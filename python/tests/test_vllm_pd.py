@@ -367,10 +367,10 @@ def test_across_nodes_the_decode_node_reads_the_blocks_from_the_remote_tier(
     assert hit_remote == 7 * BLOCK, sb
     assert sb["tier.remote.written_blocks"] == 0, sb
     assert "not loaded from kvtierd" not in node_b.consumer.log_tail(10**6)
-    # vLLM's view: the 896 tokens came from kvtier (p2p: the remote tier at the
-    # scheduler's lookup; or, when the lookup came before the producer's stores
-    # reached the cluster and the consumer waited for them, unspecified).
+    # vLLM's view: the 896 tokens came from kvtier's tiers, p2p (the remote tier at
+    # the scheduler's lookup, or blocks the consumer waited for: a peer's), or host
+    # where the consumer's hint had read them up by then; never "unspecified".
     by_source = cached_by_source(node_b.consumer)
     print("consumer B's prompt_tokens_cached_by_source:", by_source)
-    assert by_source.get("p2p", 0) + by_source.get("external_unspecified", 0) == 7 * BLOCK, \
-        by_source
+    assert by_source.get("p2p", 0) + by_source.get("host", 0) == 7 * BLOCK, by_source
+    assert by_source.get("external_unspecified", 0) == 0, by_source
