@@ -45,6 +45,12 @@ from . import Client, Layout, ResourceExhaustedError, Tier, _auto, host_buffer
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
+def _text_config(model: PreTrainedModel) -> Any:
+    """The config of a model's language part (a multimodal model's text config)."""
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def _latent_split(config: Any) -> Optional[Tuple[int, int]]:
     """An MLA model's (compressed K/V, rotary key) widths, or None for K/V attention."""
     rank = getattr(config, "kv_lora_rank", None)
@@ -55,7 +61,7 @@ def _latent_split(config: Any) -> Optional[Tuple[int, int]]:
 
 def model_layout(model: PreTrainedModel, block_tokens: int = 16) -> Layout:
     """The kvtier block layout of a decoder-only model's KV cache."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = _text_config(model)
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
@@ -118,8 +124,7 @@ class PrefixCache:
     ) -> None:
         self.model: Any = model
         self.layout = model_layout(model, block_tokens)
-        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        self._latent = _latent_split(config)
+        self._latent = _latent_split(_text_config(model))
         sliding = [i for i, layer in enumerate(DynamicCache(config=model.config).layers)
                    if getattr(layer, "is_sliding", False)]
         if sliding:

@@ -25,7 +25,7 @@ import pytest
 
 from test_vllm import assert_same_output
 from vllm_driver import Engine, connector
-from vllm_engine import TINY, TINY_DEEPSEEK_V2, TINY_GEMMA3
+from vllm_engine import TINY, TINY_DEEPSEEK_V2, TINY_GEMMA3, committed
 
 BLOCK = 128
 WINDOW = TINY_GEMMA3["sliding_window"]
@@ -37,12 +37,15 @@ H2 = LONG + [8, 9, 10, 11]
 HYBRID_PROMPTS = {"H1": H1, "H2": H2}
 
 
-def committed_blocks(socket: str) -> int:
-    import kvtier
-
-    with kvtier.Client("probe", kvtier.Layout(1, 1, 32, "fp16", 16), socket=socket,
-                       map_arenas=False) as c:
-        return int(c.stats()["committed_blocks"])
+def baseline_run(model_dir: Path, log: Path,
+                 **engine_args: Any) -> tuple[Dict[str, Any], Engine]:
+    """The prompts' greedy outputs from an engine without the connector, and that engine
+    (closed, its log kept)."""
+    engine = Engine(model_dir, log, **engine_args)
+    try:
+        return {name: engine.generate(p) for name, p in HYBRID_PROMPTS.items()}, engine
+    finally:
+        engine.close()
 
 
 def hit_then_same(engine_args: Dict[str, Any], model_dir: Path, baseline: Dict[str, Any],
@@ -72,11 +75,8 @@ def gemma3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def gemma3_baseline(gemma3_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
     log = tmp_path_factory.mktemp("gemma3-baseline") / "vllm.log"
-    engine = Engine(gemma3_dir, log, enable_prefix_caching=False, model_config=TINY_GEMMA3)
-    try:
-        return {name: engine.generate(p) for name, p in HYBRID_PROMPTS.items()}
-    finally:
-        engine.close()
+    return baseline_run(gemma3_dir, log, enable_prefix_caching=False,
+                        model_config=TINY_GEMMA3)[0]
 
 
 def test_sliding_window_and_full_layers(start_daemon, gemma3_dir, gemma3_baseline,
@@ -107,13 +107,8 @@ def test_sliding_window_and_full_layers(start_daemon, gemma3_dir, gemma3_baselin
     # ... and two groups attached, each a namespace of its own.
     assert engine.logged("group0-"), log
     assert engine.logged("group1-"), log
-    import kvtier
-
-    with kvtier.Client("probe", kvtier.Layout(1, 1, 32, "fp16", 16), socket=d.socket,
-                       map_arenas=False) as c:
-        stats = c.stats()
     # Nothing more than those 9 blocks: the second request's were there already.
-    assert int(stats["committed_blocks"]) == 7 + window_blocks, stats
+    assert committed(d.socket) == 7 + window_blocks
 
 
 def _cpu_has(feature: str) -> bool:
@@ -138,18 +133,15 @@ def test_mla_latent_blocks(start_daemon, tmp_path_factory, tmp_path) -> None:
     cache, whose hit on H2 computes the same last tokens over the same latent bytes."""
     args: Dict[str, Any] = dict(enable_prefix_caching=False, model_config=TINY_DEEPSEEK_V2,
                                 dtype="bfloat16")
-    base = Engine(model_dir, tmp_path / "baseline.log", **{**args, "enable_prefix_caching": True})
-    try:
-        baseline = {name: base.generate(p) for name, p in HYBRID_PROMPTS.items()}
-    finally:
-        base.close()
+    baseline, base = baseline_run(model_dir, tmp_path / "baseline.log",
+                                  **{**args, "enable_prefix_caching": True})
     assert base.logged("AMX_MLA") or base.logged("CPU_MLA"), base.log()
     assert baseline["H2"]["cached"] == 7 * BLOCK  # vLLM's own hit
     d = start_daemon()
     engine = hit_then_same(args, model_dir, baseline, d.socket, tmp_path / "vllm.log", 7)
     # One namespace, latent: 2 layers x 128 tokens x 576 bf16 values a block.
     assert engine.logged("kind='latent'"), engine.log()
-    assert committed_blocks(d.socket) == 7
+    assert committed(d.socket) == 7
 
 
 @needs_avx512
@@ -161,11 +153,7 @@ def test_fp8_kv_cache(start_daemon, tmp_path_factory, tmp_path, kv_cache_dtype, 
     model_dir = tmp_path_factory.mktemp("vllm-fp8") / "tiny-llama"
     fp8: Dict[str, Any] = dict(enable_prefix_caching=False, model_config=TINY,
                                kv_cache_dtype=kv_cache_dtype)
-    base = Engine(model_dir, tmp_path / "baseline.log", **fp8)
-    try:
-        baseline = {name: base.generate(p) for name, p in HYBRID_PROMPTS.items()}
-    finally:
-        base.close()
+    baseline, _ = baseline_run(model_dir, tmp_path / "baseline.log", **fp8)
     d = start_daemon()
     before = 0
     if kv_cache_dtype == "fp8":
@@ -183,7 +171,7 @@ def test_fp8_kv_cache(start_daemon, tmp_path_factory, tmp_path, kv_cache_dtype, 
                            before=before)
     assert engine.logged(f"dtype='{fmt}'"), engine.log()
     assert engine.logged(f"|{fmt}'"), engine.log()
-    assert committed_blocks(d.socket) == before + 7
+    assert committed(d.socket) == before + 7
 
 
 def test_tensor_parallel_2(start_daemon, tmp_path_factory, tmp_path, monkeypatch) -> None:
@@ -197,11 +185,7 @@ def test_tensor_parallel_2(start_daemon, tmp_path_factory, tmp_path, monkeypatch
     model_dir = tmp_path_factory.mktemp("vllm-tp") / "tiny-llama"
     tp: Dict[str, Any] = dict(enable_prefix_caching=False, model_config=TINY,
                               tensor_parallel_size=2, distributed_executor_backend="mp")
-    base = Engine(model_dir, tmp_path / "baseline.log", **tp)
-    try:
-        baseline = {name: base.generate(p) for name, p in HYBRID_PROMPTS.items()}
-    finally:
-        base.close()
+    baseline, _ = baseline_run(model_dir, tmp_path / "baseline.log", **tp)
     d = start_daemon()
     engine = Engine(model_dir, tmp_path / "vllm.log", **tp, **connector(d.socket))
     try:
