@@ -202,7 +202,7 @@ tsan_build="$build-tsan"
 # failover, maxmemory, masters killed): seconds of Redis Cluster behaviour
 # each, the same client threads as the remote tests that stay; they run
 # under ASan and in stage 1.
-tsan_excluded='^((SsdStoreTest|SsdEngineTest|SsdRestartTest|QuantizeLowerTest|Forms/QuantizeRoundTripTest|MetricsTest|RemoteStoreFailoverTest|RemoteStoreMaxmemoryTest|RemoteStoreDownTest)\.|DaemonHintTest\.AHintedSsdBlock|RemoteStoreTest\.FollowsMovedAndAsk)'
+tsan_excluded='^((SsdStoreTest|SsdNamespaceTest|SsdEngineTest|SsdRestartTest|QuantizeLowerTest|Forms/QuantizeRoundTripTest|MetricsTest|RemoteStoreFailoverTest|RemoteStoreMaxmemoryTest|RemoteStoreDownTest)\.|DaemonHintTest\.AHintedSsdBlock|RemoteStoreTest\.FollowsMovedAndAsk)'
 stage_tsan() {
   configure_clang "$tsan_build" -DKVTIER_SANITIZE=thread
   cmake --build "$tsan_build" -j"$jobs" --target tiers_test engine_test daemon_test kvtierd kvtier
