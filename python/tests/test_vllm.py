@@ -15,7 +15,7 @@ from typing import Any, Dict
 
 import pytest
 
-from vllm_driver import Engine, connector
+from vllm_driver import Engine, connector, outputs_without_connector
 
 BLOCK = 128  # vLLM's block size on the CPU, and the connector's default kvtier block
 
@@ -36,11 +36,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def baseline(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
     """Greedy outputs without the connector (vLLM's own prefix cache off)."""
     log = tmp_path_factory.mktemp("baseline") / "vllm.log"
-    engine = Engine(model_dir, log, enable_prefix_caching=False)
-    try:
-        return {name: engine.generate(p) for name, p in PROMPTS.items()}
-    finally:
-        engine.close()
+    return outputs_without_connector(model_dir, log, PROMPTS, enable_prefix_caching=False)[0]
 
 
 def assert_same_output(got: Dict[str, Any], want: Dict[str, Any]) -> None:

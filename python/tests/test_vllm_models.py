@@ -24,7 +24,7 @@ from typing import Any, Dict
 import pytest
 
 from test_vllm import assert_same_output
-from vllm_driver import Engine, connector
+from vllm_driver import Engine, connector, outputs_without_connector
 from vllm_engine import TINY, TINY_DEEPSEEK_V2, TINY_GEMMA3, committed
 
 BLOCK = 128
@@ -39,13 +39,8 @@ HYBRID_PROMPTS = {"H1": H1, "H2": H2}
 
 def baseline_run(model_dir: Path, log: Path,
                  **engine_args: Any) -> tuple[Dict[str, Any], Engine]:
-    """The prompts' greedy outputs from an engine without the connector, and that engine
-    (closed, its log kept)."""
-    engine = Engine(model_dir, log, **engine_args)
-    try:
-        return {name: engine.generate(p) for name, p in HYBRID_PROMPTS.items()}, engine
-    finally:
-        engine.close()
+    """HYBRID_PROMPTS' outputs without the connector, and the engine (closed)."""
+    return outputs_without_connector(model_dir, log, HYBRID_PROMPTS, **engine_args)
 
 
 def hit_then_same(engine_args: Dict[str, Any], model_dir: Path, baseline: Dict[str, Any],

@@ -39,7 +39,7 @@ import pytest
 
 from conftest import REPO, Daemon
 from test_vllm import BLOCK, assert_same_output
-from vllm_driver import Engine
+from vllm_driver import outputs_without_connector
 from vllm_engine import committed
 
 sys.path.insert(0, str(REPO))
@@ -83,11 +83,7 @@ def baseline(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Dict[
     """Greedy outputs of one engine without any connector (its prefix cache off); it
     writes the model (vllm_engine.TINY) that the servers serve afterwards."""
     log = tmp_path_factory.mktemp("baseline") / "vllm.log"
-    engine = Engine(model_dir, log, enable_prefix_caching=False)
-    try:
-        return {name: engine.generate(p) for name, p in PROMPTS.items()}
-    finally:
-        engine.close()
+    return outputs_without_connector(model_dir, log, PROMPTS, enable_prefix_caching=False)[0]
 
 
 def pd_connector(role: str, socket: str) -> Dict[str, Any]:

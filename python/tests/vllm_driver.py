@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -113,6 +113,17 @@ class Engine:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def outputs_without_connector(model_dir: Path, log_path: Path, prompts: Dict[str, List[int]],
+                              **engine: Any) -> Tuple[Dict[str, Dict[str, Any]], Engine]:
+    """The prompts' greedy outputs from an engine without the connector (the baseline
+    the tests compare with), and that engine, closed, its log kept."""
+    e = Engine(model_dir, log_path, **engine)
+    try:
+        return {name: e.generate(p) for name, p in prompts.items()}, e
+    finally:
+        e.close()
 
 
 def connector(socket: str, **extra: Any) -> Dict[str, Any]:
