@@ -13,7 +13,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "common/units.h"
@@ -37,6 +40,38 @@ Status SyscallError(const char* call, int err) {
     return ResourceExhaustedError(msg);
   }
   return IoError(msg);
+}
+
+// The first number in `path` (a /proc or cgroup file), or nothing.
+std::optional<uint64_t> ReadNumber(const std::string& path, std::string_view after = {}) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!after.empty() && line.rfind(after, 0) != 0) continue;
+    const size_t digit = line.find_first_of("0123456789", after.size());
+    if (digit == std::string::npos) return std::nullopt;
+    return std::stoull(line.substr(digit));
+  }
+  return std::nullopt;
+}
+
+// Memory this process could still commit: the kernel's MemAvailable, less
+// where its cgroup (v2) limit leaves less; nothing when neither is readable.
+std::optional<uint64_t> AvailableMemoryBytes() {
+  std::optional<uint64_t> avail = ReadNumber("/proc/meminfo", "MemAvailable:");
+  if (avail) *avail *= 1024;  // kB
+  std::ifstream cgroup("/proc/self/cgroup");
+  std::string line;
+  if (std::getline(cgroup, line) && line.rfind("0::", 0) == 0) {
+    const std::string dir = "/sys/fs/cgroup" + line.substr(3);
+    const std::optional<uint64_t> max = ReadNumber(dir + "/memory.max");  // "max": none
+    const std::optional<uint64_t> used = ReadNumber(dir + "/memory.current");
+    if (max && used) {
+      const uint64_t left = *max > *used ? *max - *used : 0;
+      if (!avail || left < *avail) avail = left;
+    }
+  }
+  return avail;
 }
 
 // Owns the mapping and the fd; unmaps and closes on destruction.
@@ -116,6 +151,18 @@ Result<std::unique_ptr<Tier>> NewArenaTier(TierKind kind, const ArenaTierOptions
                                 " bytes must be > 0 and at most 8 TiB");
   }
   const uint64_t arena_bytes = AlignUp(options.capacity_bytes, kSlotPageBytes);
+  // Committing more than the machine has would not fail: the kernel's OOM
+  // killer would end the daemon mid-start. Refuse first, saying what to do.
+  if (options.reserve_memory) {
+    const std::optional<uint64_t> avail = AvailableMemoryBytes();
+    if (avail && arena_bytes > *avail) {
+      return ResourceExhaustedError(
+          "arena tier: its " + FormatBytes(arena_bytes) + " exceed the " + FormatBytes(*avail) +
+          " of memory available to kvtierd (MemAvailable, or its cgroup's limit): lower the "
+          "capacity (host.capacity, --host-capacity), or set host.reserve_memory = false "
+          "(--no-reserve-memory) to take the memory as blocks are written");
+    }
+  }
   KVTIER_ASSIGN_OR_RETURN(SlabAllocator allocator,
                           SlabAllocator::Create(arena_bytes, options.slab_bytes));
 

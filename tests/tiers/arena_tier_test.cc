@@ -84,6 +84,16 @@ TEST(ArenaTierTest, RejectsBadOptions) {
             StatusCode::kInvalidArgument);
 }
 
+// More than the machine has, reserved, would have the OOM killer end the
+// daemon at start: refused, saying what to do instead.
+TEST(ArenaTierTest, AReservedArenaLargerThanTheMemoryAvailableIsRefused) {
+  const uint64_t huge = 4 * 1024 * kGiB;  // 4 TiB: more than any test machine
+  auto refused = NewHostTier({.capacity_bytes = huge});
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("memory available"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("--no-reserve-memory"), std::string::npos);
+}
+
 TEST(ArenaTierTest, RejectsZeroAndTooLargeAllocations) {
   auto tier = MakeHost(4 * kMiB);
   ASSERT_NE(tier, nullptr);
