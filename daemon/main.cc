@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/malloc_tuning.h"
+#include "common/spin_governor.h"
 #include "daemon/asio.h"
 #include "daemon/config.h"
 #include "daemon/event_feed.h"
@@ -130,12 +131,24 @@ Result<std::unique_ptr<engine::CacheEngine>> BuildEngine(
 }
 
 // io_context::run(), but after each burst of work the thread keeps polling
-// for `busy_poll` before it blocks (see DaemonConfig::busy_poll_us).
+// for `busy_poll` before it blocks (see DaemonConfig::busy_poll_us), while
+// it has a core to itself: on a shared core spinning takes the CPU from the
+// workers it waits for, so the governor turns it off (and logs when).
 void RunLoop(asio::io_context& io, std::chrono::microseconds busy_poll) {
   using Clock = std::chrono::steady_clock;
+  SpinGovernor governor;
+  bool spinning = true;
   while (io.run_one() > 0) {
+    if (busy_poll.count() == 0) continue;
+    if (governor.MaySpin() != spinning) {
+      spinning = !spinning;
+      Log(LogLevel::kInfo, spinning ? "busy-poll on: the io thread has a core to itself again"
+                                    : "busy-poll off: the io thread waits for its core (a shared "
+                                      "CPU), so spinning would take it from the workers");
+    }
+    if (!spinning) continue;
     auto until = Clock::now() + busy_poll;
-    while (busy_poll.count() > 0 && Clock::now() < until) {
+    while (Clock::now() < until) {
       if (io.poll() > 0) until = Clock::now() + busy_poll;
       if (io.stopped()) return;
     }

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <utility>
 
+#include "common/spin_governor.h"
+
 namespace kvtier::client::internal {
 namespace {
 
@@ -186,8 +188,10 @@ Result<const Frame*> Connection::Receive() {
   if (broken()) return BrokenError();
   bool done = false;
   // Poll first: a reply usually comes within microseconds, and sleeping
-  // costs a wake-up across CPUs that is longer than the request itself.
-  if (busy_poll_us_ > 0) {
+  // costs a wake-up across CPUs that is longer than the request itself;
+  // but not on a shared core, where spinning takes the CPU from the daemon.
+  thread_local SpinGovernor governor;
+  if (busy_poll_us_ > 0 && governor.MaySpin()) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(busy_poll_us_);
     while (!done && std::chrono::steady_clock::now() < until) {
       KVTIER_RETURN_IF_ERROR(ReadSome(/*dont_wait=*/true, &done));
