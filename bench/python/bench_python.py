@@ -1,8 +1,9 @@
 """The Python package against its peers, in one run (bench/README.md, "Python").
 
-  lookup  LOOKUP of 64 keys per second from Python (kvtier.Client.lookup) against
-          the C++ client library doing the same (`kvtier bench --op lookup`), one
-          client each, alternating rounds on one daemon. Goal >= 0.5x.
+  lookup  LOOKUP of 64 keys per second from Python (kvtier.Client.lookup of what
+          block_keys returned) against the C++ client library doing the same
+          (`kvtier bench --op lookup`), one client each, alternating rounds on one
+          daemon, every lookup of either a hit of all 64 keys. Goal >= 0.9x.
   load    kvtier.hf.PrefixCache.load of a long cached prefix (host tier) into a
           DynamicCache, in GB/s, against memcpy of the same bytes into memory written
           before (and, for reference, into a new buffer, which pays a page fault per
@@ -63,36 +64,56 @@ def bench_lookup(build: Path, sock: str, rounds: int, seconds: float) -> dict:
     prompts, blocks = 1024, 64
     common = ["--socket", sock, "--model", "kvtier-bench-py", "--layers", "2", "--kv-heads", "2",
               "--head-dim", "64", "--dtype", "fp16", "--block-tokens", "16"]
+    cpp_args = ["--clients", "1", "--keys", str(prompts), "--blocks", str(blocks)] + common
+    kvtier_cli = str(build / "cli" / "kvtier")
     rng = random.Random(1)
     py, cpp = [], []
     with kvtier.Client("kvtier-bench-py", layout, socket=sock) as c:
+        # Each Python lookup passes block_keys' kvtier.Keys as it is.
         chains = [c.block_keys([rng.randrange(150000) for _ in range(16 * blocks)])
                   for _ in range(prompts)]
         for keys in chains:
             with c.allocate(keys) as w:
                 w.commit()  # slots not filled: lookups read no bytes
+        # `kvtier bench --op lookup` looks up prompts of its own (from --seed)
+        # without writing them: its lookups would end at the first key, a
+        # cheaper request for the daemon and a reply without 64 tiers to
+        # decode. `--op get` writes those same prompts first, so that its
+        # lookups hit all 64 keys too, as the Python ones do.
+        subprocess.run([kvtier_cli, "bench", "--op", "get", "--ops", "1", "--json"] + cpp_args,
+                       capture_output=True, check=True)
+
+        def hits_per_lookup(before: dict) -> float:
+            now = c.stats()
+            return (now["lookup_hits"] - before["lookup_hits"]) / max(
+                1, now["lookups"] - before["lookups"])
+
         for r in range(rounds):
             for leg in (("py", "cpp") if r % 2 == 0 else ("cpp", "py")):
+                before = c.stats()
                 if leg == "py":
                     n, i = 0, 0
-                    end = time.perf_counter() + seconds
+                    start = time.perf_counter()
+                    end = start + seconds
                     while time.perf_counter() < end:
                         for _ in range(100):
                             assert c.lookup(chains[i]).hits == blocks
                             i = (i + 1) % prompts
                         n += 100
-                    py.append(n / seconds)
+                    py.append(n / (time.perf_counter() - start))
                 else:
                     out = subprocess.run(
-                        [str(build / "cli" / "kvtier"), "bench", "--op", "lookup", "--clients",
-                         "1", "--keys", str(prompts), "--blocks", str(blocks), "--seconds",
-                         str(seconds), "--json"] + common,
-                        capture_output=True, text=True, check=True)
+                        [kvtier_cli, "bench", "--op", "lookup", "--seconds", str(seconds),
+                         "--json"] + cpp_args, capture_output=True, text=True, check=True)
                     cpp.append(json.loads(out.stdout)["results"]["lookup"]["ops_per_s"])
+                hits = hits_per_lookup(before)
+                assert hits == blocks, f"{leg} lookups hit {hits:.1f} of {blocks} keys"
     ratio = statistics.median(py) / statistics.median(cpp)
-    print(f"lookup, 64 keys, 1 client: Python {statistics.median(py):,.0f} ops/s, "
-          f"C++ client {statistics.median(cpp):,.0f} ops/s: {ratio:.2f}x (goal >= 0.5)")
-    return {"python_ops_per_s": py, "cpp_ops_per_s": cpp, "ratio": ratio}
+    worst = min(p / q for p, q in zip(py, cpp))  # a round's two legs ran back to back
+    print(f"lookup, 64 keys (all hits), 1 client: Python {statistics.median(py):,.0f} ops/s, "
+          f"C++ client {statistics.median(cpp):,.0f} ops/s: {ratio:.2f}x (goal >= 0.9); "
+          f"worst round {worst:.2f}x")
+    return {"python_ops_per_s": py, "cpp_ops_per_s": cpp, "ratio": ratio, "worst_round": worst}
 
 
 # ---- the model -------------------------------------------------------------------

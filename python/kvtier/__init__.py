@@ -8,7 +8,7 @@ package binds kvtier's C++ client library::
 
     layout = kvtier.Layout(layers=32, kv_heads=8, head_dim=128, dtype="bf16", block_tokens=16)
     with kvtier.Client(model="meta-llama/Llama-3.1-8B", layout=layout) as client:
-        keys = client.block_keys(prompt_token_ids)       # full blocks only
+        keys = client.block_keys(prompt_token_ids)       # kvtier.Keys: full blocks only
         hit = client.lookup(keys).hits                    # cached prefix, in blocks
         with client.allocate(keys[hit:], parent=keys[hit - 1] if hit else None) as w:
             for i in w.allocated:
@@ -26,6 +26,7 @@ An MLA model (DeepSeek-V2/V3) caches one latent vector per token and layer:
 
 from __future__ import annotations
 
+import collections.abc
 import time
 from typing import Optional
 
@@ -34,6 +35,7 @@ from ._auto import ensure_daemon
 from ._kvtier import Client as _NativeClient
 from ._kvtier import (
     DEFAULT_SOCKET,
+    Keys,
     Layout,
     Lease,
     LookupResult,
@@ -64,6 +66,9 @@ from .errors import (
 )
 
 __version__ = "0.1.0"
+
+# Keys is an immutable sequence of bytes (len, index, slices, iteration, in).
+collections.abc.Sequence.register(Keys)
 
 
 class Client(_NativeClient):
@@ -111,6 +116,7 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "IoError",
+    "Keys",
     "Layout",
     "LayoutError",
     "Lease",

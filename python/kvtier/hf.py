@@ -40,7 +40,7 @@ from typing import Any, Optional, Sequence, Tuple, cast
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from . import Client, Layout, ResourceExhaustedError, Tier, _auto, host_buffer
+from . import Client, Keys, Layout, ResourceExhaustedError, Tier, _auto, host_buffer
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -225,7 +225,7 @@ class PrefixCache:
             target.keys, target.values = k, v
         return cache, n
 
-    def _load_latent(self, cache: DynamicCache, keys: list[Any],
+    def _load_latent(self, cache: DynamicCache, keys: Keys,
                      usable: int) -> Tuple[DynamicCache, int]:
         """load() for an MLA model: each block [layer][token][latent], the latent its
         compressed K/V then its rotary key, back into the layers' "keys" and "values"."""

@@ -114,7 +114,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     SupportsHMA,
 )
 
-from . import Client, Error, LayoutError, Retention, Tier, UnavailableError, _auto
+from . import Client, Error, Keys, LayoutError, Retention, Tier, UnavailableError, _auto
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -607,7 +607,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         T = self.block_tokens
         n = len(tokens) // T
         tiers: list[Tier] = []
-        windows: list[tuple[_GroupSpec, _Connection, list[Any]]] = []
+        windows: list[tuple[_GroupSpec, _Connection, Keys]] = []
         for groups, conns in self.shards:
             for g in groups:
                 conn = conns[g.index]

@@ -76,11 +76,12 @@ ClientCore::~ClientCore() {
 }
 
 void ClientCore::FinishParkedLocked() {
+  if (!any_parked_.load(std::memory_order_acquire)) return;
   std::vector<client::ReadLease> leases;
   std::vector<client::WriteHandle> writes;
   {
     std::lock_guard<std::mutex> parked(parked_mu_);
-    if (parked_leases_.empty() && parked_writes_.empty()) return;
+    any_parked_.store(false, std::memory_order_relaxed);
     leases.swap(parked_leases_);
     writes.swap(parked_writes_);
   }

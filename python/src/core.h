@@ -103,12 +103,16 @@ class ClientCore {
     }
     std::lock_guard<std::mutex> guard(parked_mu_);
     parked.push_back(std::move(handle));
+    any_parked_.store(true, std::memory_order_release);
   }
   void FinishParkedLocked();
 
   mutable std::mutex mu_;
   std::unique_ptr<client::Client> client_;
   std::mutex parked_mu_;  // guards the two lists; never held across a client call
+  // Set when a list may be non-empty, so that a call finding none parked (the
+  // usual case) does not take parked_mu_.
+  std::atomic<bool> any_parked_{false};
   std::vector<client::ReadLease> parked_leases_;
   std::vector<client::WriteHandle> parked_writes_;
   void* device_base_ = nullptr;

@@ -111,58 +111,6 @@ std::vector<SequenceTensor> SequenceTensors(const std::vector<AnyCpuTensor>& lay
 
 }  // namespace
 
-namespace {
-
-// 16 bytes, `hi` big-endian first (so that bytes.hex() is BlockKey::ToHex()).
-bool ParseKey(PyObject* item, client::BlockKey* out) {
-  if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) != 16) return false;
-  const char* data = PyBytes_AS_STRING(item);
-  uint64_t hi = 0, lo = 0;
-  std::memcpy(&hi, data, 8);
-  std::memcpy(&lo, data + 8, 8);
-  out->hi = __builtin_bswap64(hi);
-  out->lo = __builtin_bswap64(lo);
-  return true;
-}
-
-[[noreturn]] void BadKey() {
-  throw nb::value_error("a block key is a bytes object of 16 bytes (from Client.block_keys)");
-}
-
-}  // namespace
-
-std::vector<client::BlockKey> KeysFromPython(nb::handle keys) {
-  if (PyBytes_Check(keys.ptr())) {
-    throw nb::type_error("keys must be a sequence of 16-byte keys, not one bytes object");
-  }
-  // A list or tuple is read in place; any other sequence through an iterator.
-  nb::object seq =
-      nb::steal(PySequence_Fast(keys.ptr(), "keys must be a sequence of 16-byte keys"));
-  if (!seq.is_valid()) throw nb::python_error();
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
-  PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
-  std::vector<client::BlockKey> out(static_cast<size_t>(n));
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    if (!ParseKey(items[i], &out[static_cast<size_t>(i)])) BadKey();
-  }
-  return out;
-}
-
-client::BlockKey KeyFromPython(nb::handle key) {
-  client::BlockKey k;
-  if (!ParseKey(key.ptr(), &k)) BadKey();
-  return k;
-}
-
-nb::bytes KeyToPython(const client::BlockKey& key) {
-  char data[16];
-  for (int i = 0; i < 8; ++i) {
-    data[i] = static_cast<char>(key.hi >> (56 - 8 * i));
-    data[8 + i] = static_cast<char>(key.lo >> (56 - 8 * i));
-  }
-  return nb::bytes(data, sizeof data);
-}
-
 const std::shared_ptr<LeaseCore>& PyLease::core() const {
   if (core_ == nullptr) Throw(FailedPreconditionError("the lease was released"));
   return core_;

@@ -9,12 +9,6 @@
 
 namespace kvtier::python {
 
-// Converts a Python sequence of 16-byte keys (bytes, `hi` big-endian first,
-// so that key.hex() is the C++ ToHex()) to BlockKeys, and back.
-std::vector<client::BlockKey> KeysFromPython(nb::handle keys);
-nb::bytes KeyToPython(const client::BlockKey& key);
-client::BlockKey KeyFromPython(nb::handle key);
-
 class PyLease {
  public:
   explicit PyLease(std::shared_ptr<LeaseCore> core) : core_(std::move(core)) {}

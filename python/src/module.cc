@@ -20,6 +20,7 @@
 #include "core.h"
 #include "handles.h"
 #include "host_buffers.h"
+#include "keys.h"
 #include "prefix_index/key_hasher.h"
 #include "prefix_index/namespace_secret.h"
 
@@ -30,9 +31,6 @@ using client::BlockKey;
 using client::TokenId;
 using client::WireTier;
 using client::WireWriteState;
-
-// Keys as Python passes them: typed for the stubs, checked by KeysFromPython.
-using KeySequence = nb::typed<nb::sequence, nb::bytes>;
 
 struct LookupResult {
   std::vector<WireTier> tiers;  // one per leading hit
@@ -113,12 +111,6 @@ std::vector<TokenId> Tokens(const std::vector<int64_t>& ids) {
     }
     out.push_back(static_cast<TokenId>(t));
   }
-  return out;
-}
-
-nb::list KeysToPython(const std::vector<BlockKey>& keys) {
-  nb::list out;
-  for (const BlockKey& k : keys) out.append(KeyToPython(k));
   return out;
 }
 
@@ -241,7 +233,7 @@ void BindEnums(nb::module_& m) {
       .value("EXISTS", WireWriteState::kExists, "cached already: nothing to write")
       .value("SKIPPED", WireWriteState::kSkipped, "not stored (an earlier key was refused)");
 
-  nb::class_<LookupResult>(m, "LookupResult", "The cached prefix of a key chain.")
+  nb::class_<LookupResult>(m, "LookupResult", nb::pooled(), "The cached prefix of a key chain.")
       .def_prop_ro(
           "hits", [](const LookupResult& r) { return r.tiers.size(); },
           "Leading keys present: the cached prefix, in blocks.")
@@ -363,17 +355,18 @@ for an invalid layout or an empty model.)")
           },
           nb::arg("token_ids"), nb::arg("parent") = nb::none(),
           nb::sig("def block_keys(self, token_ids: collections.abc.Sequence[int] | "
-                  "numpy.typing.ArrayLike, parent: bytes | None = None) -> list[bytes]"),
+                  "numpy.typing.ArrayLike, parent: bytes | None = None) -> Keys"),
           R"(The chained keys of the full blocks of token_ids (a partial last block gets none).
 
 token_ids: a sequence of ints, or a 1-D int64 array or CPU tensor. parent: the
 key of the block before token_ids[0], to continue a chain; None starts at the
-namespace root (a prompt's first block). Each key is 16 bytes; key.hex() is
-the C++ client's BlockKey::ToHex().)")
+namespace root (a prompt's first block). Returns a kvtier.Keys, one buffer of
+16 bytes per key, which every call taking keys reads in place; keys[i] is
+key i as bytes, key.hex() the C++ client's BlockKey::ToHex().)")
       .def(
           "lookup",
-          [](PyClient& self, KeySequence keys) {
-            const std::vector<BlockKey> k = KeysFromPython(keys);
+          [](PyClient& self, KeysArg keys) {
+            const KeyList k(keys);
             return LookupResult{ValueOrThrow(self.core()->Call([&](client::Client& c) {
                                   return c.Lookup(k);
                                 })).tiers};
@@ -382,8 +375,8 @@ the C++ client's BlockKey::ToHex().)")
           "How many leading keys are cached, and in which tier each (no pin, no move).")
       .def(
           "allocate",
-          [](PyClient& self, KeySequence keys, WireTier tier, std::optional<nb::bytes> parent) {
-            const std::vector<BlockKey> k = KeysFromPython(keys);
+          [](PyClient& self, KeysArg keys, WireTier tier, std::optional<nb::bytes> parent) {
+            const KeyList k(keys);
             std::optional<BlockKey> p;
             if (parent) p = KeyFromPython(*parent);
             const std::shared_ptr<ClientCore>& core = self.core();
@@ -400,8 +393,8 @@ kvtier.ResourceExhaustedError when the tier has no room (every block pinned or
 reserved) or the session's limit of open writes is reached.)")
       .def(
           "acquire",
-          [](PyClient& self, KeySequence keys, WireTier tier) {
-            const std::vector<BlockKey> k = KeysFromPython(keys);
+          [](PyClient& self, KeysArg keys, WireTier tier) {
+            const KeyList k(keys);
             const std::shared_ptr<ClientCore>& core = self.core();
             client::ReadLease l =
                 ValueOrThrow(core->Call([&](client::Client& c) { return c.Acquire(k, tier); }));
@@ -413,10 +406,9 @@ them there from lower tiers (the SSD included). Returns a Lease over the hits;
 len(lease) is 0 when the first key is not cached.)")
       .def(
           "put",
-          [](PyClient& self, KeySequence keys,
-             nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> data,
+          [](PyClient& self, KeysArg keys, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> data,
              std::optional<nb::bytes> parent) {
-            const std::vector<BlockKey> k = KeysFromPython(keys);
+            const KeyList k(keys);
             std::optional<BlockKey> p;
             if (parent) p = KeyFromPython(*parent);
             const std::span<const std::byte> bytes(static_cast<const std::byte*>(data.data()),
@@ -426,14 +418,15 @@ len(lease) is 0 when the first key is not cached.)")
                 .states;
           },
           nb::arg("keys"), nb::arg("data"), nb::arg("parent") = nb::none(),
-          nb::sig("def put(self, keys: collections.abc.Sequence[bytes], data: object, parent: "
-                  "bytes | None = None) -> list[WriteState]"),
+          nb::sig(
+              "def put(self, keys: Keys | collections.abc.Sequence[bytes], data: object, parent: "
+              "bytes | None = None) -> list[WriteState]"),
           "Writes len(keys) blocks through the socket (a copy; for clients that cannot map the "
           "arenas). data: len(keys) * block_bytes bytes.")
       .def(
           "get",
-          [](PyClient& self, KeySequence keys) {
-            const std::vector<BlockKey> k = KeysFromPython(keys);
+          [](PyClient& self, KeysArg keys) {
+            const KeyList k(keys);
             protocol::GetReply reply =
                 ValueOrThrow(self.core()->Call([&](client::Client& c) { return c.GetInline(k); }));
             return nb::bytes(reinterpret_cast<const char*>(reply.data.data()), reply.data.size());
@@ -442,16 +435,15 @@ len(lease) is 0 when the first key is not cached.)")
           "The leading cached blocks' bytes through the socket (a copy): hits * block_bytes.")
       .def(
           "remove",
-          [](PyClient& self, KeySequence keys) {
-            const std::vector<BlockKey> k = KeysFromPython(keys);
+          [](PyClient& self, KeysArg keys) {
+            const KeyList k(keys);
             return ValueOrThrow(self.core()->Call([&](client::Client& c) { return c.Remove(k); }));
           },
           nb::arg("keys"), "Removes the keys and what hangs below them; returns how many went.")
       .def(
           "set_retention",
-          [](PyClient& self, KeySequence keys,
-             const std::vector<protocol::RetentionRange>& ranges) {
-            const std::vector<BlockKey> k = KeysFromPython(keys);
+          [](PyClient& self, KeysArg keys, const std::vector<protocol::RetentionRange>& ranges) {
+            const KeyList k(keys);
             return ValueOrThrow(
                 self.core()->Call([&](client::Client& c) { return c.SetRetention(k, ranges); }));
           },
@@ -462,8 +454,8 @@ A block takes the highest priority of the ranges overlapping it. Returns how
 many cached blocks were updated.)")
       .def(
           "hint",
-          [](PyClient& self, KeySequence keys, uint32_t ttl_ms) {
-            const std::vector<BlockKey> k = KeysFromPython(keys);
+          [](PyClient& self, KeysArg keys, uint32_t ttl_ms) {
+            const KeyList k(keys);
             const protocol::HintReply r = ValueOrThrow(
                 self.core()->Call([&](client::Client& c) { return c.Hint(k, ttl_ms); }));
             return std::make_pair(r.blocks, r.prefetching);
@@ -478,8 +470,8 @@ daemon's bound of hinted blocks per session it raises ResourceExhausted and
 nothing changes; keys never cached are ignored.)")
       .def(
           "unhint",
-          [](PyClient& self, KeySequence keys) {
-            const std::vector<BlockKey> k = KeysFromPython(keys);
+          [](PyClient& self, KeysArg keys) {
+            const KeyList k(keys);
             return ValueOrThrow(self.core()->Call([&](client::Client& c) { return c.Unhint(k); }));
           },
           nb::arg("keys"),
@@ -655,6 +647,7 @@ NB_MODULE(_kvtier, m) {
   RegisterErrors();
   BindLayout(m);
   BindEnums(m);
+  BindKeys(m);
   BindHandles(m);
   BindClient(m);
   BindHostBuffers(m);
