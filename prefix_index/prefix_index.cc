@@ -86,16 +86,30 @@ void PrefixIndex::InsertSlot(EntryId id, uint64_t hash) {
   table_[i] = (uint64_t{HashTag(hash)} << 32) | id;
 }
 
-void PrefixIndex::Grow() {
+void PrefixIndex::Reserve(size_t entries) {
+  nodes_.reserve(entries);
+  // The table keeps at most 7/8 of its slots full (Insert).
+  const size_t slots = std::bit_ceil(entries + entries / 7 + 1);
+  if (slots > table_.size()) Rehash(slots);
+}
+
+void PrefixIndex::Grow() { Rehash(table_.size() * 2); }
+
+void PrefixIndex::Rehash(size_t slots) {
   std::vector<uint64_t> old;
   old.swap(table_);
-  table_.assign(old.size() * 2, kEmptySlot);
+  table_.assign(slots, kEmptySlot);
   mask_ = table_.size() - 1;
   for (uint64_t slot : old) {
     if (slot == kEmptySlot) continue;
     const Node& n = nodes_[SlotId(slot)];
     InsertSlot(SlotId(slot), HashOf(n.ns, n.key));
   }
+}
+
+void PrefixIndex::PrefetchInsert(NamespaceId ns, const BlockKey& key, EntryId parent) const {
+  __builtin_prefetch(&table_[HashOf(ns, key) & mask_]);
+  if (parent != kNoEntry) __builtin_prefetch(&nodes_[parent]);
 }
 
 EntryId PrefixIndex::Insert(NamespaceId ns, const BlockKey& key, EntryId parent) {

@@ -30,6 +30,15 @@ class PrefixIndex {
   PrefixIndex(const PrefixIndex&) = delete;
   PrefixIndex& operator=(const PrefixIndex&) = delete;
 
+  // Makes room for `entries` live entries in all, so that inserting up to
+  // that many rehashes nothing (a warm restart knows how many come).
+  void Reserve(size_t entries);
+
+  // Brings what Insert(ns, key, parent) touches into the cache ahead of it,
+  // for callers that insert many entries in an order the table does not
+  // follow (a warm restart).
+  void PrefetchInsert(NamespaceId ns, const BlockKey& key, EntryId parent) const;
+
   // Adds (ns, key) as a child of `parent`; kNoEntry makes it the first block
   // of a chain (a child of the namespace root). New entries are invisible.
   // REQUIRES: Find(ns, key) == kNoEntry; parent is kNoEntry or live.
@@ -93,6 +102,7 @@ class PrefixIndex {
   void InsertSlot(EntryId id, uint64_t hash);
   void EraseSlot(size_t slot);
   void Grow();
+  void Rehash(size_t slots);  // REQUIRES: slots a power of two, above size_ * 8 / 7
 
   std::vector<Node> nodes_;
   std::vector<uint64_t> table_;  // size is a power of two

@@ -147,6 +147,56 @@ TEST_F(SsdEngineTest, RestartDropsBlocksWhoseParentWasNotKept) {
   EXPECT_EQ(engine_->Stats().orphan_drops, 2u);
 }
 
+// Records written straight into the store, as another run (or a damaged
+// index) may have left them: a deep chain, a chain whose parent is gone,
+// and two records that name each other as parent.
+TEST_F(SsdEngineTest, RestartOrdersDeepChainsAndDropsCyclesAndOrphans) {
+  constexpr uint64_t kDeep = 3000;
+  const Layout layout = SmallLayout();
+  {
+    tiers::internal::SsdOptions o;
+    o.dir = dir_;
+    o.capacity_bytes = 4096 * (kDeep + 16);
+    auto store = tiers::internal::SsdStore::Open(o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto ns = (*store)->RegisterNamespace("model", "", layout);
+    ASSERT_TRUE(ns.ok());
+    auto put = [&](const BlockKey& key, std::optional<BlockKey> parent) {
+      auto slot = (*store)->Allocate(layout.BlockBytes());
+      ASSERT_TRUE(slot.ok());
+      tiers::internal::SsdRecord r;
+      r.ns_id = *ns;
+      r.key = key;
+      r.has_parent = parent.has_value();
+      if (parent) r.parent = *parent;
+      r.slot = *slot;
+      r.block_bytes = layout.BlockBytes();
+      ASSERT_TRUE((*store)->PutRecord(r).ok());
+    };
+    // Children written before their parents: the store's order is its
+    // keys', not the chains'.
+    const auto deep = Chain(7, kDeep);
+    for (uint64_t i = kDeep; i-- > 0;) {
+      put(deep[i], i == 0 ? std::nullopt : std::optional<BlockKey>(deep[i - 1]));
+    }
+    const auto gone = Chain(8, 3);  // its head was never stored
+    put(gone[1], gone[0]);
+    put(gone[2], gone[1]);
+    put(BlockKey{91, 1}, BlockKey{91, 2});  // a cycle of two
+    put(BlockKey{91, 2}, BlockKey{91, 1});
+    ASSERT_TRUE((*store)->Sync().ok());
+  }
+  BuildEngine(64 * 4096, 16 * 4096, 4096 * (kDeep + 16), false, false);
+  ASSERT_FALSE(HasFatalFailure());
+  ns_ = *engine_->AddNamespace({"model", "", layout});
+  auto restored = engine_->Recover();
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  EXPECT_EQ(*restored, kDeep);
+  EXPECT_EQ(engine_->Stats().orphan_drops, 4u);
+  EXPECT_EQ(Where(Chain(7, kDeep)), std::vector<TierKind>(kDeep, TierKind::kSsd));
+  EXPECT_EQ(engine_->Stats().tiers[2].used_bytes, kDeep * 4096);
+}
+
 TEST_F(SsdEngineTest, FlippedByteOnDiskIsAMissNeverWrongBytes) {
   Build(4, 64, /*faulty=*/true);
   const auto a = Chain(1, 3);
