@@ -10,7 +10,9 @@
 //    the daemon's index and metadata become resident, not the arena. Memory
 //    per block: the growth of the daemon's RssAnon (/proc/PID/status) from
 //    before the fill (after a warm-up write that was aborted, so the
-//    sessions' buffers and the namespace exist) to the full tier, over N.
+//    sessions' buffers and the namespace exist) to the full tier, over N;
+//    and the marginal cost: what the second half of the fill added, over
+//    its blocks (free of fixed costs that a small N cannot amortize).
 // 2. Latency: R rounds; in each, every point gets a run of K LOOKUPs and a
 //    run of K ACQUIREs (each followed by its RELEASE, untimed) of W-key
 //    windows of random filled chains at random offsets, so the keys are
@@ -130,6 +132,7 @@ struct Point {
   double fill_s = 0;
   uint64_t anon_growth = 0, rss = 0, shmem = 0;
   double index_bytes = 0;
+  double marginal_bytes = 0;  // per block, of the second half of the fill
   std::vector<double> lookup_p50, lookup_p99, acquire_p50, acquire_p99;
 };
 
@@ -149,7 +152,12 @@ void Fill(const Args& a, Point& p) {
   }
   const uint64_t anon_before = ProcStatusBytes(p.pid, "RssAnon");
   const auto start = Clock::now();
-  WriteChains(p.conns, 0, full_chains, a.fill_chain);
+  // Half, then the rest: what the second half adds, per block, is the
+  // marginal cost, free of what any index or session costs to start.
+  const uint64_t half_chains = full_chains / 2;
+  WriteChains(p.conns, 0, half_chains, a.fill_chain);
+  const uint64_t anon_half = ProcStatusBytes(p.pid, "RssAnon");
+  WriteChains(p.conns, half_chains, full_chains - half_chains, a.fill_chain);
   if (const uint64_t rest = p.blocks % a.fill_chain; rest > 0) {
     Write(one, Keys(full_chains, 0, rest));
   }
@@ -159,7 +167,10 @@ void Fill(const Args& a, Point& p) {
     Die("the host tier holds " + std::to_string(full.Number("tier.host.blocks")) + " blocks, not " +
         std::to_string(p.blocks));
   }
-  p.anon_growth = ProcStatusBytes(p.pid, "RssAnon") - anon_before;
+  const uint64_t anon_full = ProcStatusBytes(p.pid, "RssAnon");
+  p.anon_growth = anon_full - anon_before;
+  p.marginal_bytes = static_cast<double>(anon_full - anon_half) /
+                     static_cast<double>(p.blocks - half_chains * a.fill_chain);
   p.rss = ProcStatusBytes(p.pid, "VmRSS");
   p.shmem = ProcStatusBytes(p.pid, "RssShmem");
   p.index_bytes = full.Number("index_bytes");
@@ -214,14 +225,15 @@ int Run(const Args& a, std::vector<Point>& points) {
     const Spread a50 = SpreadOf(p.acquire_p50), a99 = SpreadOf(p.acquire_p99);
     const double n = static_cast<double>(p.blocks);
     std::printf(
-        "blocks=%lu fill_s=%.2f rss_mib=%.1f anon_bytes_per_block=%.1f shmem_mib=%.1f "
+        "blocks=%lu fill_s=%.2f rss_mib=%.1f anon_bytes_per_block=%.1f "
+        "marginal_bytes_per_block=%.1f shmem_mib=%.1f "
         "index_bytes_per_block=%.1f lookup_p50=%.1f lookup_p50_worst=%.1f lookup_p99=%.1f "
         "lookup_p99_worst=%.1f acquire_p50=%.1f acquire_p50_worst=%.1f acquire_p99=%.1f "
         "acquire_p99_worst=%.1f\n",
         static_cast<unsigned long>(p.blocks), p.fill_s, static_cast<double>(p.rss) / kMiB,
-        static_cast<double>(p.anon_growth) / n, static_cast<double>(p.shmem) / kMiB,
-        p.index_bytes / n, l50.median, l50.worst, l99.median, l99.worst, a50.median, a50.worst,
-        a99.median, a99.worst);
+        static_cast<double>(p.anon_growth) / n, p.marginal_bytes,
+        static_cast<double>(p.shmem) / kMiB, p.index_bytes / n, l50.median, l50.worst, l99.median,
+        l99.worst, a50.median, a50.worst, a99.median, a99.worst);
   }
   return 0;
 }

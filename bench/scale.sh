@@ -131,12 +131,13 @@ FILENAME ~ /sessions.txt$/ { kv($0, s); c = s["clients"]; corder[++cpoints] = c
 END {
   printf "_%d cores; load average %s before, %s after (what else ran on the machine)._\n\n", \
     cores, load_before, load_after
-  print "| blocks | daemon RSS | memory / block | index / block | fill | LOOKUP 64 keys p50 | LOOKUP p99 | ACQUIRE 64 keys p50 | ACQUIRE p99 | eviction / block | warm restart |"
+  print "| blocks | daemon RSS | memory / block: marginal (growth ÷ blocks) | index / block | fill | LOOKUP 64 keys p50 | LOOKUP p99 | ACQUIRE 64 keys p50 | ACQUIRE p99 | eviction / block | warm restart |"
   print "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for (i = 1; i <= points; ++i) {
     n = order[i]
-    printf "| %s | %.0f MiB | %.0f B | %.0f B | %.2f s | %s | %s | %s | %s | %.0f ns (worst %.0f) | %.2f s (worst %.2f) |\n", \
-      count(n), B[n, "rss_mib"], B[n, "anon_bytes_per_block"], B[n, "index_bytes_per_block"], \
+    printf "| %s | %.0f MiB | %.0f B (%.0f B) | %.0f B | %.2f s | %s | %s | %s | %s | %.0f ns (worst %.0f) | %.2f s (worst %.2f) |\n", \
+      count(n), B[n, "rss_mib"], B[n, "marginal_bytes_per_block"], B[n, "anon_bytes_per_block"], \
+      B[n, "index_bytes_per_block"], \
       B[n, "fill_s"], us(B[n, "lookup_p50"], B[n, "lookup_p50_worst"]), \
       us(B[n, "lookup_p99"], B[n, "lookup_p99_worst"]), \
       us(B[n, "acquire_p50"], B[n, "acquire_p50_worst"]), \
@@ -144,7 +145,7 @@ END {
       E[n, "evict_ns"], E[n, "evict_ns_worst"], R[n, "restart_s"], R[n, "restart_worst_s"]
   }
   lo = order[1]; hi = order[points]
-  mem = B[hi, "anon_bytes_per_block"] / B[lo, "anon_bytes_per_block"]
+  mem = B[hi, "marginal_bytes_per_block"] / B[lo, "marginal_bytes_per_block"]
   lp = B[hi, "lookup_p99"] / B[lo, "lookup_p99"]
   ap = B[hi, "acquire_p99"] / B[lo, "acquire_p99"]
   per_m = ""
@@ -155,7 +156,7 @@ END {
   lin = (R[hi, "reindex_s"] / hi) / (R[order[2], "reindex_s"] / order[2])
   ev = E[hi, "evict_ns"] / E[lo, "evict_ns"]
   print ""
-  printf "Goals, %s ÷ %s: memory/block %s ÷ %s = %.2f (flat, within 0.8–1.25: %s); LOOKUP p99 %s ÷ %s = %.2f, ACQUIRE p99 %s ÷ %s = %.2f (within 2×: %s); restart re-index s per M blocks %s, %s per block ÷ %s per block = %.2f (linear, within 0.8–1.25: %s); eviction per block %s ÷ %s = %.2f (no goal).\n", \
+  printf "Goals, %s ÷ %s: marginal memory/block %s ÷ %s = %.2f (flat, within 0.8–1.25: %s); LOOKUP p99 %s ÷ %s = %.2f, ACQUIRE p99 %s ÷ %s = %.2f (within 2×: %s); restart re-index s per M blocks %s, %s per block ÷ %s per block = %.2f (linear, within 0.8–1.25: %s); eviction per block %s ÷ %s = %.2f (no goal).\n", \
     count(hi), count(lo), count(hi), count(lo), mem, verdict(mem >= 0.8 && mem <= 1.25), \
     count(hi), count(lo), lp, count(hi), count(lo), ap, verdict(lp <= 2 && ap <= 2), per_m, \
     count(hi), count(order[2]), lin, verdict(lin >= 0.8 && lin <= 1.25), count(hi), count(lo), ev

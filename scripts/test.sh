@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs the dependencies (Debian 12, as root, and the
-# pinned Python environment .venv), then runs six stages (docs/hardening.md).
+# pinned Python environment .venv), then runs seven stages (docs/hardening.md).
 # .ci/run calls exactly this.
 #
 #   1. normal  g++, warnings as errors, assertions on, the CUDA parts when
@@ -8,19 +8,22 @@
 #   2. python  the kvtier Python package (pip install ./python into .venv)
 #              and its tests (pytest python/tests) against stage 1's kvtierd,
 #              with a real transformers model.
-#   3. wheel   the wheel scripts/build-wheel.sh builds, installed into a new
+#   3. report  bench/report.sh --quick --check on stage 1's tree: every
+#              benchmark of the performance report still runs and produces
+#              its table (the numbers are not checked), into a scratch file.
+#   4. wheel   the wheel scripts/build-wheel.sh builds, installed into a new
 #              virtual environment with only what its tests import, and
 #              python/wheel_tests run from there with no build tree on PATH:
 #              kvtierd and kvtier from the wheel, what they load, socket="auto".
-#   4. asan    clang, AddressSanitizer + UndefinedBehaviorSanitizer (and the
+#   5. asan    clang, AddressSanitizer + UndefinedBehaviorSanitizer (and the
 #              fuzz targets): runs every test but the build-system ones.
-#   5. tsan    clang, ThreadSanitizer: the tiers, engine and daemon tests,
+#   6. tsan    clang, ThreadSanitizer: the tiers, engine and daemon tests,
 #              less those that drive the real RocksDB (not TSan-instrumented).
-#   6. fuzz    each libFuzzer target for KVTIER_CI_FUZZ_SECONDS over its corpus.
+#   7. fuzz    each libFuzzer target for KVTIER_CI_FUZZ_SECONDS over its corpus.
 #
 # Every stage is on by default; set its variable to 0 to skip it:
-#   KVTIER_CI_NORMAL, KVTIER_CI_PYTHON, KVTIER_CI_WHEEL, KVTIER_CI_ASAN,
-#   KVTIER_CI_TSAN, KVTIER_CI_FUZZ, or KVTIER_CI_SANITIZERS=0 for stages 4-6
+#   KVTIER_CI_NORMAL, KVTIER_CI_PYTHON, KVTIER_CI_REPORT, KVTIER_CI_WHEEL,
+#   KVTIER_CI_ASAN, KVTIER_CI_TSAN, KVTIER_CI_FUZZ, or KVTIER_CI_SANITIZERS=0 for stages 5-7
 #   at once. The
 #   first failed stage ends the run, unless KVTIER_CI_KEEP_GOING=1.
 #
@@ -38,6 +41,7 @@ jobs=$(nproc)
 sanitizers=${KVTIER_CI_SANITIZERS:-1}
 run_normal=${KVTIER_CI_NORMAL:-1}
 run_python=${KVTIER_CI_PYTHON:-1}
+run_report=${KVTIER_CI_REPORT:-1}
 run_wheel=${KVTIER_CI_WHEEL:-1}
 run_asan=${KVTIER_CI_ASAN:-$sanitizers}
 run_tsan=${KVTIER_CI_TSAN:-$sanitizers}
@@ -141,7 +145,20 @@ stage_python() {
   KVTIER_BUILD_DIR="$PWD/$build" "$py" -m pytest -q -ra python/tests
 }
 
-# ---- 3. wheel ----------------------------------------------------------------
+# ---- 3. report ---------------------------------------------------------------
+# The performance report (bench/report.sh, docs/performance.md) in its quick
+# mode on stage 1's tree, written to a scratch file: it fails if a section
+# cannot produce its table. Speed is measured by the report, never asserted
+# here: its numbers are not checked, and README.md and docs/ stay untouched.
+stage_report() {
+  ./scripts/python-env.sh >/dev/null  # the Python section runs in .venv
+  configure_normal >/dev/null
+  local out="$PWD/$build/report-check.md"
+  rm -f "$out"
+  bench/report.sh "$build" --quick --check --out "$out"
+}
+
+# ---- 4. wheel ----------------------------------------------------------------
 # The wheel as a user installs it: built by scripts/build-wheel.sh (its own
 # Release build, build-release), installed with the pinned requirements less
 # those only the build and the other stages need (the package's build
@@ -167,7 +184,7 @@ stage_wheel() {
     "$py" -m pytest -q -ra -p no:cacheprovider python/wheel_tests
 }
 
-# ---- 4. ASan + UBSan ---------------------------------------------------------
+# ---- 5. ASan + UBSan ---------------------------------------------------------
 asan_build="$build-asan"
 configure_asan() {
   configure_clang "$asan_build" -DKVTIER_SANITIZE=address,undefined -DKVTIER_FUZZ=ON
@@ -191,7 +208,7 @@ stage_asan() {
   return $failed
 }
 
-# ---- 5. TSan -----------------------------------------------------------------
+# ---- 6. TSan -----------------------------------------------------------------
 tsan_build="$build-tsan"
 # Tests that drive the real RocksDB, which Debian builds without TSan: its
 # internal synchronization is invisible to TSan, which then reports races
@@ -219,7 +236,7 @@ stage_tsan() {
   return $failed
 }
 
-# ---- 6. fuzz -------------------------------------------------------------------
+# ---- 7. fuzz -------------------------------------------------------------------
 # All targets at once (two cores, three targets), each for fuzz_seconds,
 # starting from the committed corpus; new inputs go to a scratch corpus in
 # the build tree, crashes to its artifacts folder.
@@ -259,6 +276,7 @@ stage_fuzz() {
 
 [ "$run_normal" = 0 ] || run_stage normal stage_normal
 [ "$run_python" = 0 ] || run_stage python stage_python
+[ "$run_report" = 0 ] || run_stage report stage_report
 [ "$run_wheel" = 0 ] || run_stage wheel stage_wheel
 [ "$run_asan" = 0 ] || run_stage asan stage_asan
 [ "$run_tsan" = 0 ] || run_stage tsan stage_tsan

@@ -1,0 +1,686 @@
+#!/usr/bin/env python3
+"""Runs kvtier's side-by-side benchmarks and writes their tables.
+
+    bench/report.sh BUILD [--quick | --full] [--only a,b] [--out FILE] [--check]
+
+Every figure is a ratio to a peer or a limit measured in the same run, the
+median of at least three runs (or rounds), with the worst run beside it. The
+tables go between `<!-- report:NAME -->` and `<!-- /report:NAME -->` in
+docs/performance.md (and the summary in README.md), so the docs say what the
+code does on the machine that ran the report; the header of each says when,
+where, at which commit and what else ran. See bench/README.md, "The report".
+
+Only the standard library: it runs with Debian's python3 before any venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def log(msg: str) -> None:
+    print(f"report: {msg}", file=sys.stderr, flush=True)
+
+
+# ---- the machine ---------------------------------------------------------------
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs, from /proc/stat."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = f[3] + f[4]
+    return sum(f) - idle, sum(f)
+
+
+def proc_cpu() -> dict[int, tuple[str, int]]:
+    """pid -> (command, utime + stime jiffies) of every process."""
+    out = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            s = (p / "stat").read_text()
+        except OSError:
+            continue
+        comm = s[s.index("(") + 1:s.rindex(")")]
+        rest = s[s.rindex(")") + 2:].split()
+        out[int(p.name)] = (comm, int(rest[11]) + int(rest[12]))
+    return out
+
+
+@dataclass
+class Load:
+    """What else used the CPUs over one second."""
+    busy_cores: float
+    others: list[str]
+
+    def text(self) -> str:
+        who = ", ".join(self.others) or "nothing over 10 % of a core"
+        return f"{self.busy_cores:.1f} cores busy ({who})"
+
+
+def measure_load(seconds: float = 1.0) -> Load:
+    hz = os.sysconf("SC_CLK_TCK")
+    b0, t0 = cpu_times()
+    p0 = proc_cpu()
+    time.sleep(seconds)
+    b1, t1 = cpu_times()
+    p1 = proc_cpu()
+    ncpu = os.cpu_count() or 1
+    busy = (b1 - b0) / max(1, t1 - t0) * ncpu
+    others = []
+    me = os.getpid()
+    for pid, (comm, j) in sorted(p1.items(), key=lambda kv: -(kv[1][1] - p0.get(kv[0], ("", kv[1][1]))[1])):
+        used = (j - p0.get(pid, (comm, j))[1]) / hz / seconds
+        if used >= 0.1 and pid != me:
+            others.append(f"{comm} {used:.0%}")
+    return Load(busy, others[:4])
+
+
+def machine() -> dict[str, str]:
+    model = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    mem = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem = int(line.split()[1]) // (1024 * 1024)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpu": f"{os.cpu_count()} × {model}",
+        "memory": f"{mem} GiB",
+        "kernel": os.uname().release,
+        "commit": commit + (" (with uncommitted changes)" if dirty else ""),
+    }
+
+
+@dataclass
+class Placement:
+    """Which CPUs the servers (kvtierd, Redis, the limit's peer) and the load
+    generators run on, where the machine has two or more free ones."""
+    server: list[str]
+    load: list[str]
+    note: str
+
+    @staticmethod
+    def choose(busy: int = 0) -> "Placement":
+        """`busy`: CPUs that an unrelated busy process takes (BusyCore); the servers
+        and load generators get CPUs of their own only where two are left."""
+        cpus = sorted(os.sched_getaffinity(0))
+        if busy > 0 and len(cpus) - busy < 2:
+            return Placement([], [], f"not placed: {busy} of the {len(cpus)} CPUs kept busy by "
+                             "an unrelated process, so the servers and load generators share "
+                             "the rest with it as the scheduler places them")
+        if len(cpus) < 2 or shutil.which("taskset") is None:
+            return Placement([], [], f"not placed: {len(cpus)} CPU(s) to run on"
+                             + ("" if shutil.which("taskset") else ", no taskset"))
+        half = len(cpus) // 2
+        srv, ld = cpus[half:], cpus[:half]
+        return Placement(["taskset", "-c", ",".join(map(str, srv))],
+                         ["taskset", "-c", ",".join(map(str, ld))],
+                         f"servers on CPU {','.join(map(str, srv))}, load generators on CPU "
+                         f"{','.join(map(str, ld))}")
+
+
+class BusyCore:
+    """An unrelated process that keeps one CPU busy for as long as it lives, not
+    pinned, as an inference engine beside kvtierd would."""
+
+    def __enter__(self) -> "BusyCore":
+        self.proc = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+        time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+# ---- figures -------------------------------------------------------------------
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+@dataclass
+class Ratio:
+    """Per-run ratios of one figure; printed as `median× (worst w×)`."""
+    runs: list[float] = field(default_factory=list)
+    higher_is_better: bool = True
+
+    def worst(self) -> float:
+        return (min if self.higher_is_better else max)(self.runs) if self.runs else float("nan")
+
+    def text(self) -> str:
+        if not self.runs:
+            return "n/a"
+        return f"**{med(self.runs):.2f}×** ({self.worst():.2f}×)"
+
+    def meets(self, goal: float) -> bool:
+        if not self.runs:
+            return False
+        w = self.worst()
+        return w >= goal if self.higher_is_better else w <= goal
+
+
+def goal_cell(r: Ratio, goal: float | None, sign: str = "≥") -> str:
+    if goal is None:
+        return "—"
+    return f"{sign} {goal:g}× " + ("✓" if r.meets(goal) else "✗ (worst run)" if r.runs and
+                                   (med(r.runs) >= goal if r.higher_is_better else
+                                    med(r.runs) <= goal) else "✗")
+
+
+def fmt(x: float, digits: int = 0) -> str:
+    return f"{x:,.{digits}f}"
+
+
+# ---- processes -----------------------------------------------------------------
+
+
+class Servers:
+    """kvtierd and redis-server on Unix sockets in a temporary directory."""
+
+    def __init__(self, build: Path, place: Placement, redis: bool = True):
+        self.dir = Path(tempfile.mkdtemp(prefix="kvtier-report-"))
+        self.procs: list[subprocess.Popen] = []
+        self.kvtierd = str(self.dir / "kvtierd.sock")
+        self.redis = str(self.dir / "redis.sock")
+        self.log = open(self.dir / "servers.log", "w")
+        self.procs.append(subprocess.Popen(
+            place.server + [str(build / "daemon" / "kvtierd"), "--socket", self.kvtierd,
+                            "--host-capacity", "1GiB", "--ssd-dir", "", "--metrics-address", ""],
+            stdout=self.log, stderr=self.log))
+        if redis:
+            self.procs.append(subprocess.Popen(
+                place.server + ["redis-server", "--port", "0", "--unixsocket", self.redis,
+                                "--save", "", "--appendonly", "no"],
+                stdout=self.log, stderr=self.log))
+        want = [self.kvtierd] + ([self.redis] if redis else [])
+        for _ in range(200):
+            if all(os.path.exists(p) for p in want):
+                break
+            if any(p.poll() is not None for p in self.procs):
+                break
+            time.sleep(0.05)
+        else:
+            pass
+        if not all(os.path.exists(p) for p in want):
+            self.close()
+            raise RuntimeError("kvtierd or redis-server did not start; see " + str(self.dir))
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def run(cmd: list[str], **kw) -> str:
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])}… exited {r.returncode}: {r.stderr[-2000:]}")
+    return r.stdout
+
+
+def redis_get(place: Placement, sock: str, clients: int, requests: int, size: int = 3) -> float:
+    """redis-benchmark GET ops/s on `sock`."""
+    out = run(place.load + ["redis-benchmark", "-s", sock, "-t", "set,get", "-c", str(clients),
+                            "-n", str(requests), "-d", str(size), "--csv"])
+    for line in out.splitlines():
+        cells = [c.strip('"') for c in line.split('","')]
+        if cells[0].strip('"') == "GET":
+            return float(cells[1])
+    raise RuntimeError("redis-benchmark printed no GET line")
+
+
+# ---- sections ------------------------------------------------------------------
+
+
+@dataclass
+class Mode:
+    quick: bool
+    runs: int
+    seconds: float
+
+    @property
+    def name(self) -> str:
+        return "quick" if self.quick else "full"
+
+
+@dataclass
+class Section:
+    title: str
+    table: str                       # markdown
+    summary: list[tuple[str, str, str]] = field(default_factory=list)  # (what, result, goal)
+
+
+def section_control(build: Path, mode: Mode, place: Placement) -> Section:
+    """LOOKUP against the socket's limit (a ping-pong peer) and Redis GET."""
+    cases = [(1, 1), (1, 64), (50, 1), (50, 64)]
+    kv: dict[tuple[int, int], list[dict]] = {c: [] for c in cases}
+    redis: dict[int, list[float]] = {1: [], 50: []}
+    srv = Servers(build, place)
+    try:
+        for r in range(mode.runs):
+            log(f"control plane, run {r + 1} of {mode.runs}")
+            for clients, keys in cases:
+                out = run(place.load + [str(build / "bench" / "bench_control_plane"), "--socket",
+                                        srv.kvtierd, "--clients", str(clients), "--keys",
+                                        str(keys), "--seconds", str(mode.seconds), "--json"])
+                kv[(clients, keys)].append(json.loads(out))
+            for clients in redis:
+                ops = kv[(clients, 1)][-1]["ops_per_s"]
+                n = max(2000, int(ops * mode.seconds * 0.5))
+                redis[clients].append(redis_get(place, srv.redis, clients, n))
+    finally:
+        srv.close()
+    rows = ["| LOOKUP | kvtierd ops/s | p50 / p99 µs | ÷ socket limit | goal | ÷ Redis GET | goal |",
+            "|---|---:|---:|---:|---|---:|---|"]
+    summary = []
+    for clients, keys in cases:
+        runs = kv[(clients, keys)]
+        lim = Ratio([x["ops_per_s"] / x["pingpong_ops_per_s"] for x in runs])
+        red = Ratio([x["ops_per_s"] / redis[clients][i] for i, x in enumerate(runs)])
+        red_goal = 2.0 if (clients, keys) == (50, 64) else None
+        rows.append(
+            f"| {keys} key{'s' if keys > 1 else ''}, {clients} client{'s' if clients > 1 else ''} "
+            f"| {fmt(med([x['ops_per_s'] for x in runs]))} "
+            f"| {med([x['p50_us'] for x in runs]):.0f} / {med([x['p99_us'] for x in runs]):.0f} "
+            f"| {lim.text()} | {goal_cell(lim, 0.8)} | {red.text()} | {goal_cell(red, red_goal)} |")
+        summary.append((f"LOOKUP {keys} key{'s' if keys > 1 else ''}, {clients} "
+                        f"client{'s' if clients > 1 else ''}: ÷ socket limit / ÷ Redis GET",
+                        f"{med(lim.runs):.2f}× / {med(red.runs):.2f}×",
+                        "≥ 0.8× limit" + (", ≥ 2× Redis" if red_goal else "")))
+    limit = "; ".join(
+        f"{k} key{'s' if k > 1 else ''} × {c}: {fmt(med([x['pingpong_ops_per_s'] for x in kv[(c, k)]]))} ops/s"
+        for c, k in cases)
+    rd = "; ".join(f"{c} client{'s' if c > 1 else ''}: {fmt(med(v))} ops/s" for c, v in redis.items())
+    text = "\n".join(rows) + (
+        f"\n\nSocket limit (the ping-pong peer, same request and reply sizes, same busy-poll): {limit}. "
+        f"Redis GET: {rd}. {mode.runs} runs of {mode.seconds:g} s per case.")
+    return Section("control", text, summary)
+
+
+def section_data(build: Path, mode: Mode, place: Placement) -> Section:
+    """2 MiB blocks: the zero-copy read against memcpy, the inline GET against Redis."""
+    runs: dict[int, list[dict]] = {1: [], 8: []}
+    redis: list[float] = []
+    srv = Servers(build, place)
+    try:
+        for r in range(mode.runs):
+            log(f"data plane, run {r + 1} of {mode.runs}")
+            for batch in runs:
+                out = run(place.load + [str(build / "bench" / "bench_data_plane"), "--socket",
+                                        srv.kvtierd, "--batch", str(batch), "--seconds",
+                                        str(mode.seconds), "--json"])
+                runs[batch].append(json.loads(out))
+            redis.append(redis_get(place, srv.redis, 1, 400 if mode.quick else 2000, 2 << 20)
+                         * (2 << 20) / 1e9)
+    finally:
+        srv.close()
+    rows = ["| 2 MiB blocks | GB/s | ÷ memcpy (same run) | goal | ÷ Redis GET of 2 MiB |",
+            "|---|---:|---:|---|---:|"]
+    summary = []
+    for batch, rs in runs.items():
+        z = Ratio([x["acquire_copy_gbs"] / x["memcpy_gbs"] for x in rs])
+        zr = Ratio([x["acquire_copy_gbs"] / redis[i] for i, x in enumerate(rs)])
+        goal = 0.9 if batch == 1 else None
+        rows.append(f"| acquire + copy out + release, {batch} block{'s' if batch > 1 else ''}/op "
+                    f"| {med([x['acquire_copy_gbs'] for x in rs]):.2f} | {z.text()} "
+                    f"| {goal_cell(z, goal)} | {med(zr.runs):.1f}× |")
+        summary.append((f"zero-copy read, {batch} × 2 MiB: ÷ memcpy", f"{med(z.runs):.2f}×",
+                        "≥ 0.9×" if goal else "—"))
+    i = Ratio([x["inline_get_gbs"] / redis[k] for k, x in enumerate(runs[1])])
+    rows.append(f"| inline GET through the socket, 1 block/op "
+                f"| {med([x['inline_get_gbs'] for x in runs[1]]):.2f} "
+                f"| {med([x['inline_get_gbs'] / x['memcpy_gbs'] for x in runs[1]]):.2f}× | — | {i.text()} |")
+    text = "\n".join(rows) + (
+        f"\n\nmemcpy: {med([x['memcpy_gbs'] for x in runs[1]]):.1f} GB/s (1 block), "
+        f"{med([x['memcpy_gbs'] for x in runs[8]]):.1f} GB/s (8); Redis GET of 2 MiB values "
+        f"{med(redis):.2f} GB/s. {mode.runs} runs of {mode.seconds:g} s.")
+    return Section("data", text, summary)
+
+
+def section_python(build: Path, mode: Mode, place: Placement) -> Section:
+    """LOOKUP of 64 keys from Python against the C++ client."""
+    py = Path(os.environ.get("KVTIER_VENV", REPO / ".venv")) / "bin" / "python"
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        run(place.load + [str(py), str(REPO / "bench" / "python" / "bench_python.py"), "--build",
+                          str(build), "--only", "lookup", "--rounds", str(max(3, mode.runs)),
+                          "--seconds", str(mode.seconds), "--json", f.name])
+        lk = json.loads(Path(f.name).read_text())["lookup"]
+    r = Ratio([p / c for p, c in zip(lk["python_ops_per_s"], lk["cpp_ops_per_s"])])
+    table = ("| LOOKUP of 64 keys, 1 client | Python ops/s | C++ client ops/s | ratio | goal |\n"
+             "|---|---:|---:|---:|---|\n"
+             f"| `Client.lookup(block_keys(…))` against `kvtier bench --op lookup` "
+             f"| {fmt(med(lk['python_ops_per_s']))} | {fmt(med(lk['cpp_ops_per_s']))} "
+             f"| {r.text()} | {goal_cell(r, 0.9)} |\n\n"
+             f"{len(r.runs)} alternating rounds of {mode.seconds:g} s.")
+    return Section("python", table, [("Python LOOKUP of 64 keys ÷ C++ client",
+                                      f"{med(r.runs):.2f}×", "≥ 0.9×")])
+
+
+def section_ssd(build: Path, mode: Mode, place: Placement) -> Section:
+    """The SSD store interleaved with fio (bench/ssd_vs_fio.sh)."""
+    env = dict(os.environ, ROUNDS=str(max(3, mode.runs if mode.quick else 6)),
+               SLICE_MIB="64" if mode.quick else "256", BENCH_FILTER="none")
+    out = run([str(REPO / "bench" / "ssd_vs_fio.sh"), str(build),
+               os.environ.get("KVTIER_REPORT_DISK", "/var/tmp")], env=env)
+    rows = ["| op | block | in flight | SsdStore GB/s | fio GB/s | ÷ fio, median (worst round) | goal | ÷ own raw I/O |",
+            "|---|---|---:|---:|---:|---:|---|---:|"]
+    pat = re.compile(r"^(\w+)\s+(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+x\s+([\d.]+)x\s+([\d.]+)-\s*([\d.]+)x\s+([\d.]+)\s+([\d.]+)x")
+    worst_all: list[float] = []
+    found = 0
+    for line in out.splitlines():
+        m = pat.match(line)
+        if not m:
+            continue
+        found += 1
+        op, bs, depth, store, fio, median, lo, _hi, _raw, own = m.groups()
+        worst_all.append(float(lo))
+        goal = 0.95 if op != "fill_sparse" else None
+        ok = "—" if goal is None else f"≥ 0.95× {'✓' if float(lo) >= goal else '✗'}"
+        rows.append(f"| {op} | {bs} | {depth} | {float(store):.2f} | {float(fio):.2f} "
+                    f"| **{float(median):.2f}×** ({float(lo):.2f}×) | {ok} | {float(own):.2f}× |")
+    if found == 0:
+        raise RuntimeError("ssd_vs_fio.sh printed no interleaved table:\n" + out[-2000:])
+    goal_rows = [float(lo) for lo, line in zip(worst_all, rows[2:]) if "fill_sparse" not in line]
+    table = "\n".join(rows) + (f"\n\n{env['ROUNDS']} rounds of {env['SLICE_MIB']} MiB per case, "
+                               "the legs' order rotating; fill_sparse (a sparse file, the old "
+                               "design) is shown for comparison.")
+    return Section("ssd", table, [("SSD tier ÷ fio, worst case (worst round)",
+                                   f"{min(goal_rows):.2f}×", "≥ 0.95×")])
+
+
+def section_remote(build: Path, mode: Mode, place: Placement) -> Section:
+    """The remote tier against raw hiredis on a 3-master Redis Cluster."""
+    env = dict(os.environ, ROUNDS=str(max(3, mode.runs)), SLICE_MIB="32" if mode.quick else "128",
+               SET_MIB="16" if mode.quick else "64")
+    out = run([str(REPO / "bench" / "remote_vs_redis.sh"), str(build)], env=env)
+    pat = re.compile(r"^(\S.*?)\s{2,}([\d.]+)\s+([\d.]+)\s+([\d.]+)x \[([\d.]+)-([\d.]+)\]\s+([\d.]+)\s+([\d.]+)x \[([\d.]+)-([\d.]+)\]")
+    rows = ["| case | ours MB/s | raw hiredis MB/s | ÷ hiredis, median (worst round) | goal |",
+            "|---|---:|---:|---:|---|"]
+    worst = []
+    for line in out.splitlines():
+        m = pat.match(line)
+        if not m:
+            continue
+        name, ours, _cl, _r1, _l1, _h1, hi, r2, l2, _h2 = m.groups()
+        worst.append(float(l2))
+        rows.append(f"| {name.strip()} | {float(ours):,.0f} | {float(hi):,.0f} | **{float(r2):.2f}×** "
+                    f"({float(l2):.2f}×) | ≥ 0.8× {'✓' if float(l2) >= 0.8 else '✗'} |")
+    if not worst:
+        raise RuntimeError("remote_vs_redis.sh printed no table:\n" + out[-2000:])
+    table = "\n".join(rows) + f"\n\n{env['ROUNDS']} alternating rounds of {env['SLICE_MIB']} MiB per leg."
+    return Section("remote", table, [("remote tier ÷ raw hiredis, worst case (worst round)",
+                                      f"{min(worst):.2f}×", "≥ 0.8×")])
+
+
+def section_replay(build: Path, mode: Mode, place: Placement) -> Section:
+    """Eviction cost: refs/s of each policy replaying the same traces on one core."""
+    kvtier = build / "cli" / "kvtier"
+    mooncake = str(REPO / "tests/data/mooncake_synthetic_trace.jsonl")
+    traces = {"Mooncake (synthetic), 16 copies": ["--combine", "concat"] + ["--trace", mooncake] * 16,
+              "kv-cache-tester": sum((["--trace", str(t)] for t in
+                                      sorted((REPO / "tests/data/kv-cache-tester").glob("*.json"))), [])}
+    policies = ["lru", "adaptive", "s3fifo", "lfu"]
+    rows = ["| trace | capacity (blocks) | LRU M refs/s | adaptive ÷ LRU cost, median (worst) | goal | s3fifo ÷ LRU | lfu ÷ LRU |",
+            "|---|---:|---:|---:|---|---:|---:|"]
+    summary = []
+    lru_all: list[float] = []
+    worst_cost: list[float] = []
+    for name, args in traces.items():
+        caps = {"Mooncake (synthetic), 16 copies": [1953, 19531], "kv-cache-tester": [1000, 10000]}[name]
+        for cap in caps:
+            speed: dict[str, list[float]] = {p: [] for p in policies}
+            for r in range(max(3, mode.runs)):
+                order = policies[r % len(policies):] + policies[:r % len(policies)]
+                for p in order:
+                    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+                        run(place.load + [str(kvtier), "replay", "--quiet", *args, "--policies", p,
+                                          "--capacity-blocks", str(cap), "--json", f.name])
+                        speed[p].append(refs_per_s(json.loads(Path(f.name).read_text())))
+            lru = speed["lru"]
+            lru_all += lru
+            cost = {p: Ratio([lru[i] / s for i, s in enumerate(speed[p])], higher_is_better=False)
+                    for p in policies[1:]}
+            worst_cost.append(cost["adaptive"].worst())
+            rows.append(f"| {name} | {cap:,} | {med(lru) / 1e6:.2f} | {cost['adaptive'].text()} "
+                        f"| {goal_cell(cost['adaptive'], 1.2, '≤')} | {med(cost['s3fifo'].runs):.2f}× "
+                        f"| {med(cost['lfu'].runs):.2f}× |")
+    summary.append(("`kvtier replay` with LRU, M block references/s on one core",
+                    f"{med(lru_all) / 1e6:.1f}", "≥ 5"))
+    summary.append(("adaptive ÷ LRU cost per block reference, worst point", f"{max(worst_cost):.2f}×",
+                    "≤ 1.2×"))
+    table = "\n".join(rows) + ("\n\nCost = LRU's refs/s ÷ the policy's, the policies' order "
+                               f"rotating over {max(3, mode.runs)} runs; docs/replay/sweep.sh "
+                               "measures every capacity of docs/eviction.md the same way.")
+    return Section("replay", table, summary)
+
+
+def refs_per_s(report: dict) -> float:
+    """Block references per second of the one policy in a `kvtier replay --json` report."""
+    def find(d):
+        if isinstance(d, dict):
+            for k in ("refs_per_second", "refs_per_s"):
+                if k in d:
+                    return float(d[k])
+            for v in d.values():
+                x = find(v)
+                if x is not None:
+                    return x
+        if isinstance(d, list):
+            for v in d:
+                x = find(v)
+                if x is not None:
+                    return x
+        return None
+    x = find(report)
+    if x is None:
+        raise RuntimeError("kvtier replay --json has no refs/s")
+    return x
+
+
+def section_fp8(build: Path, mode: Mode, place: Placement) -> Section:
+    """The CPU fp8 codecs against memcpy of the same 16-bit bytes."""
+    runs: dict[str, list[list[float]]] = {}
+    for r in range(mode.runs):
+        log(f"fp8 codecs, run {r + 1} of {mode.runs}")
+        out = run(place.load + [str(build / "bench" / "bench_fp8")])
+        for line in out.splitlines():
+            m = re.match(r"^(fp16|bf16)\s+([\d.]+)\s+([\d.]+) \(([\d.]+)x\)\s+([\d.]+) \(([\d.]+)x\)", line)
+            if m:
+                runs.setdefault(m.group(1), []).append([float(m.group(4)), float(m.group(6)),
+                                                        float(m.group(2))])
+    if not runs:
+        raise RuntimeError("bench_fp8 printed no summary")
+    rows = ["| dtype | memcpy GB/s | quantize to e4m3 ÷ memcpy | dequantize ÷ memcpy | goal |",
+            "|---|---:|---:|---:|---|"]
+    summary = []
+    for dtype, rs in runs.items():
+        q, d = Ratio([x[0] for x in rs]), Ratio([x[1] for x in rs])
+        rows.append(f"| {dtype} | {med([x[2] for x in rs]):.1f} | {q.text()} | {d.text()} "
+                    f"| ≥ 0.5× {'✓' if q.meets(0.5) and d.meets(0.5) else '✗'} |")
+        summary.append((f"fp8 codecs, {dtype} ↔ e4m3 ÷ memcpy", f"{med(q.runs):.2f}× / {med(d.runs):.2f}×",
+                        "≥ 0.5×"))
+    return Section("fp8", "\n".join(rows) + f"\n\n{mode.runs} runs of bench_fp8 (each the median of 5 repetitions).",
+                   summary)
+
+
+def section_quantize(build: Path, mode: Mode, place: Placement) -> Section:
+    """Quantize on demote: fp8 below memory against exact, the real engine and SSD tier."""
+    blocks = "128" if mode.quick else "512"
+    rounds = str(max(3, mode.runs))
+    out = run([str(build / "bench" / "bench_quantize_ssd"),
+               f"--dir={os.environ.get('KVTIER_REPORT_DISK', '/var/tmp')}", f"--blocks={blocks}",
+               f"--rounds={rounds}"])
+    demote, promote = [], []
+    for line in out.splitlines():
+        m = re.match(r"^(\d+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)x\s+[\d.]+\s+[\d.]+\s+([\d.]+)x", line)
+        if m:
+            demote.append(float(m.group(2)))
+            promote.append(float(m.group(3)))
+    if not demote:
+        raise RuntimeError("bench_quantize_ssd printed no rounds:\n" + out[-2000:])
+    d, p = Ratio(demote), Ratio(promote)
+    table = ("| this machine's disk as it is | fp8 ÷ exact, median (worst round) |\n|---|---:|\n"
+             f"| blocks demoted to SSD per second | {d.text()} |\n"
+             f"| blocks promoted from SSD per second | {p.text()} |\n\n"
+             f"{rounds} rounds of {blocks} blocks of 2 MiB (Llama-3-8B's layout, fp16), modes "
+             "alternating. The disk-bound case (goal ≥ 1.6×) needs root to throttle the disk: "
+             "bench/quantize_on_off.sh.")
+    return Section("quantize", table, [("quantize on demote, this disk: demote / promote",
+                                        f"{med(d.runs):.2f}× / {med(p.runs):.2f}×", "(≥ 1.6× disk-bound)")])
+
+
+def section_scale(build: Path, mode: Mode, place: Placement) -> Section:
+    """How cost grows: blocks 10k → 10M, sessions 1 → 1,000 (bench/scale.sh)."""
+    out = run([str(REPO / "bench" / "scale.sh"), str(build)] + (["--quick"] if mode.quick else []))
+    if "|" not in out:
+        raise RuntimeError("bench/scale.sh printed no table")
+    return Section("scale", out.strip(), [])
+
+
+def with_busy_core(section: Callable[[Path, Mode, Placement], Section]
+                   ) -> Callable[[Path, Mode, Placement], Section]:
+    """The section again with one CPU kept busy by an unrelated process (BusyCore)."""
+    def run_busy(build: Path, mode: Mode, place: Placement) -> Section:
+        with BusyCore():
+            busy_place = Placement.choose(busy=1)
+            s = section(build, mode, busy_place)
+        note = (f"With one CPU kept busy by an unrelated process (a shell loop, not pinned) "
+                f"for the whole section; placement: {busy_place.note}.\n\n")
+        return Section(s.title, note + s.table,
+                       [(w + ", one CPU busy", r, g) for w, r, g in s.summary])
+    return run_busy
+
+
+SECTIONS: dict[str, Callable[[Path, Mode, Placement], Section]] = {
+    "control": section_control,
+    "control-busy": with_busy_core(section_control),
+    "data": section_data,
+    "data-busy": with_busy_core(section_data),
+    "python": section_python,
+    "ssd": section_ssd,
+    "remote": section_remote,
+    "replay": section_replay,
+    "fp8": section_fp8,
+    "quantize": section_quantize,
+    "scale": section_scale,
+}
+
+
+# ---- writing -------------------------------------------------------------------
+
+
+def splice(text: str, name: str, body: str) -> str:
+    """Replaces what lies between the section's markers (which must exist)."""
+    begin, end = f"<!-- report:{name} -->", f"<!-- /report:{name} -->"
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        raise RuntimeError(f"no {begin} … {end} markers")
+    return text[:i + len(begin)] + "\n" + body.strip() + "\n" + text[j:]
+
+
+def header(info: dict[str, str], mode: Mode, place: Placement, before: Load, after: Load) -> str:
+    return (f"Report of {info['date']}, `bench/report.sh --{mode.name}`, commit {info['commit']}, on "
+            f"{info['cpu']}, {info['memory']}, Linux {info['kernel']}. Before the run: "
+            f"{before.text()}; after: {after.text()}. Placement: {place.note}.")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("build", type=Path)
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="a few minutes (the default)")
+    g.add_argument("--full", action="store_true", help="longer runs, more of them")
+    ap.add_argument("--only", default=",".join(SECTIONS), help="sections, comma-separated")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "performance.md",
+                    help="the file whose marked tables are replaced (default docs/performance.md)")
+    ap.add_argument("--readme", type=Path, default=None,
+                    help="the README whose summary is replaced (default: README.md when --out "
+                         "is the default)")
+    ap.add_argument("--check", action="store_true",
+                    help="fail unless every section produced its table (for the tests)")
+    a = ap.parse_args()
+    mode = Mode(quick=True, runs=3, seconds=1.0) if not a.full else Mode(False, 5, 3.0)
+    build = a.build.resolve()
+    names = [n for n in a.only.split(",") if n]
+    for n in names:
+        if n not in SECTIONS:
+            ap.error(f"unknown section {n!r}; sections: {', '.join(SECTIONS)}")
+    readme = a.readme or (REPO / "README.md" if a.out == REPO / "docs" / "performance.md" else None)
+    place = Placement.choose()
+    info = machine()
+    before = measure_load()
+    log(f"{mode.name} report of {', '.join(names)}; {place.note}; {before.text()}")
+    done: dict[str, Section] = {}
+    failed: list[str] = []
+    for n in names:
+        t = time.monotonic()
+        try:
+            done[n] = SECTIONS[n](build, mode, place)
+            log(f"{n}: {time.monotonic() - t:.0f} s")
+        except Exception as e:  # a failed section is reported, the others still run
+            log(f"{n} FAILED: {e}")
+            failed.append(n)
+    after = measure_load()
+    text = a.out.read_text() if a.out.exists() else "".join(
+        f"<!-- report:{n} -->\n<!-- /report:{n} -->\n\n" for n in ["header", *SECTIONS])
+    text = splice(text, "header", header(info, mode, place, before, after))
+    for n, s in done.items():
+        text = splice(text, n, s.table)
+    a.out.write_text(text)
+    log(f"wrote {a.out}")
+    if readme is not None and done:
+        rows = ["| figure | result | goal |", "|---|---:|---|"]
+        for s in done.values():
+            rows += [f"| {w} | {r} | {g} |" for w, r, g in s.summary]
+        rt = readme.read_text()
+        rt = splice(rt, "summary", "\n".join(rows) + f"\n\n({info['date']}, `bench/report.sh --{mode.name}` "
+                    f"at {info['commit']}; {place.note}; {before.text()}. The tables: "
+                    "docs/performance.md.)")
+        readme.write_text(rt)
+        log(f"wrote {readme}")
+    if failed:
+        log(f"sections that failed: {', '.join(failed)}")
+        return 1
+    if a.check:
+        for n, s in done.items():
+            if "n/a" in s.table or "|" not in s.table:
+                log(f"{n}: a figure is missing")
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
