@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "daemon/log.h"
 #include "prefix_index/namespace_secret.h"
@@ -118,6 +119,7 @@ asio::awaitable<Status> Service::Lookup(SessionState& s, const FrameHeader& h,
     Result<engine::LookupResult> found = engine_.Lookup(s.ns, r.keys);
     if (!found) co_return found.status();
     protocol::LookupReply rep;
+    rep.tiers.reserve(found->tiers.size());
     for (TierKind t : found->tiers) rep.tiers.push_back(ToWire(t));
     protocol::EncodeLookupReply(h.request_id, rep, &reply->frame);
     co_return Status::Ok();
@@ -141,6 +143,7 @@ asio::awaitable<Status> Service::Lookup(SessionState& s, const FrameHeader& h,
   }
   if (!*wait->result) co_return wait->result->status();
   protocol::LookupReply rep;
+  rep.tiers.reserve((*wait->result)->tiers.size());
   for (TierKind t : (*wait->result)->tiers) rep.tiers.push_back(ToWire(t));
   protocol::EncodeLookupReply(h.request_id, rep, &reply->frame);
   co_return Status::Ok();
@@ -198,8 +201,10 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
                                       protocol::Request& request, Reply* reply) {
   ++requests_;
   const auto start = std::chrono::steady_clock::now();
-  // Only a value outside the enum keeps this; the decoder refuses those.
-  Status status = InternalError("unhandled opcode");
+  // Set by the opcode's case. Only a value outside the enum leaves it unset
+  // (the decoder refuses those); not made an error up front, which would
+  // cost every request two allocations.
+  std::optional<Status> status;
   if (h.opcode != Opcode::kHello && !s.attached) {
     status = FailedPreconditionError("HELLO must be the first request of a connection");
     reply->close = true;
@@ -246,12 +251,13 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
         break;
     }
   }
-  ops_.Record(h.opcode, std::chrono::steady_clock::now() - start, status.ok());
-  if (!status.ok()) {
+  if (!status) status = InternalError("unhandled opcode");
+  ops_.Record(h.opcode, std::chrono::steady_clock::now() - start, status->ok());
+  if (!status->ok()) {
     ++request_errors_;
-    const std::string line =
-        Str("session ", s.id, ": ", protocol::OpcodeName(h.opcode), " failed: ", status.ToString());
-    switch (status.code()) {
+    const std::string line = Str("session ", s.id, ": ", protocol::OpcodeName(h.opcode),
+                                 " failed: ", status->ToString());
+    switch (status->code()) {
       case StatusCode::kIoError:
       case StatusCode::kCorruption:
       case StatusCode::kInternal:
@@ -266,7 +272,7 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
     }
     reply->frame.clear();
     reply->fds.clear();
-    protocol::EncodeError(h.opcode, h.request_id, status, &reply->frame);
+    protocol::EncodeError(h.opcode, h.request_id, *status, &reply->frame);
   }
 }
 #pragma GCC diagnostic pop

@@ -22,6 +22,7 @@ Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKe
   ExpireHints();
   TellReferences(ns, keys);
   LookupResult result;
+  result.tiers.reserve(keys.size());
   for (const BlockKey& key : keys) {
     const EntryId id = index_.Find(ns, key);
     if (id == kNoEntry || !index_.visible(id)) break;

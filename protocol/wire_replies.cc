@@ -41,7 +41,8 @@ void EncodeLookupReply(uint64_t request_id, const LookupReply& r, std::vector<st
   const size_t start = BeginReply(Opcode::kLookup, request_id, out);
   ByteWriter w(out);
   w.U32(static_cast<uint32_t>(r.tiers.size()));
-  for (WireTier t : r.tiers) w.U8(static_cast<uint8_t>(t));
+  static_assert(sizeof(WireTier) == 1, "a tier is one byte on the wire");
+  w.Bytes(std::as_bytes(std::span(r.tiers)));
   EndFrame(start, out);
 }
 
