@@ -96,7 +96,7 @@ void PrefixIndex::Reserve(size_t entries) {
 void PrefixIndex::Grow() { Rehash(table_.size() * 2); }
 
 void PrefixIndex::Rehash(size_t slots) {
-  std::vector<uint64_t> old;
+  PageVector<uint64_t> old;
   old.swap(table_);
   table_.assign(slots, kEmptySlot);
   mask_ = table_.size() - 1;

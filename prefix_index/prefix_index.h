@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "common/page_allocator.h"
 #include "prefix_index/block_key.h"
 
 namespace kvtier::prefix_index {
@@ -104,8 +105,8 @@ class PrefixIndex {
   void Grow();
   void Rehash(size_t slots);  // REQUIRES: slots a power of two, above size_ * 8 / 7
 
-  std::vector<Node> nodes_;
-  std::vector<uint64_t> table_;  // size is a power of two
+  PageVector<Node> nodes_;
+  PageVector<uint64_t> table_;  // size is a power of two
   size_t mask_ = 0;
   size_t size_ = 0;
   EntryId free_head_ = kNoEntry;
