@@ -181,6 +181,19 @@ Status CacheEngine::CheckTarget(TierKind kind) const {
   return Status::Ok();
 }
 
+void CacheEngine::MakeIndexRoom() {
+  // The index keeps its table up to 7/8 full, where linear probing's runs
+  // grow long: an erase re-hashes the key of every slot up to the run's
+  // end (about 30 at 7/8), and in replay, at tier sizes that left the
+  // table that full, erasing took a third of the time. Reserved ahead, the
+  // table stays at most half full (Reserve(r) makes at least 8r/7 slots);
+  // its nodes are reserved too, but pages never written cost no memory.
+  if (index_.size() < index_room_) return;
+  const size_t reserve = (index_.size() + 1) * 7 / 2;
+  index_.Reserve(reserve);
+  index_room_ = reserve * 4 / 7;
+}
+
 void CacheEngine::TellReferences(NamespaceId ns, std::span<const BlockKey> keys) {
   if (!references_wanted_) return;
   chain_fingerprints_.clear();
@@ -252,9 +265,17 @@ void CacheEngine::Unpin(EntryId id) {
 
 Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints) {
   Tier& t = *tiers_[Index(kind)];
+  const uint64_t slot_bytes = t.SlotBytes(bytes);
   for (;;) {
-    Result<SlotId> slot = t.Allocate(bytes);
-    if (slot || slot.status().code() != StatusCode::kResourceExhausted) return slot;
+    // A full tier (its capacity is never exceeded, tier.h) is not asked:
+    // its refusal is a Status built on the heap, once per eviction, and in
+    // replay that cost as much as the eviction itself.
+    const bool full =
+        slot_bytes <= t.capacity_bytes() && t.used_bytes() + slot_bytes > t.capacity_bytes();
+    if (!full) {
+      Result<SlotId> slot = t.Allocate(bytes);
+      if (slot || slot.status().code() != StatusCode::kResourceExhausted) return slot;
+    }
     const std::optional<EntryId> victim = PolicyOf(kind).Victim();
     if (!victim) {
       if (yield_hints && YieldHint(kind)) continue;
@@ -342,9 +363,13 @@ Status CacheEngine::Move(EntryId id, TierKind to) {
 
 void CacheEngine::Drop(EntryId id) {
   assert(blocks_[id].pins == 0);
-  // Iterative, since a chain can be thousands of blocks deep.
-  std::vector<EntryId> stack{id};
-  while (!stack.empty()) {
+  // Iterative, since a chain can be thousands of blocks deep. The stack is
+  // a member, not allocated per drop; entries below `base` would be a drop
+  // this one runs inside of.
+  std::vector<EntryId>& stack = drop_stack_;
+  const size_t base = stack.size();
+  stack.push_back(id);
+  while (stack.size() > base) {
     const EntryId e = stack.back();
     stack.pop_back();
     for (EntryId c = index_.first_child(e); c != kNoEntry; c = index_.next_sibling(c)) {

@@ -529,6 +529,8 @@ class CacheEngine {
   // ---- the core (cache_engine.cc)
   static size_t Index(TierKind kind) { return static_cast<size_t>(kind); }
   Status CheckNamespace(NamespaceId ns) const;
+  // Before an insert into the index: keeps its table at most half full.
+  void MakeIndexRoom();
   // Hands a lookup's chain to the policies that simulate (Referenced).
   void TellReferences(NamespaceId ns, std::span<const BlockKey> keys);
   // A tier that blocks can be allocated in and acquired into.
@@ -692,6 +694,7 @@ class CacheEngine {
   std::array<std::unique_ptr<eviction::EvictionPolicy>, kNumTierKinds> policies_;
   bool references_wanted_ = false;            // a policy wants Referenced()
   std::vector<uint64_t> chain_fingerprints_;  // TellReferences' scratch
+  std::vector<EntryId> drop_stack_;           // Drop's scratch
   std::vector<NamespaceSpec> namespaces_;     // indexed by NamespaceId
   std::vector<NamespaceUse> ns_use_;          // indexed by NamespaceId
   // Fingerprints of dropped blocks, direct-mapped (a newer one overwrites an
@@ -706,6 +709,7 @@ class CacheEngine {
   // to yet: the first AddNamespace for it sets its quantize_lower.
   std::vector<bool> ns_decided_;
   prefix_index::PrefixIndex index_;
+  size_t index_room_ = 0;  // entries the index holds at most half full (MakeIndexRoom)
   std::vector<Block> blocks_;  // indexed by EntryId
   std::unordered_map<uint64_t, AllocationRecord> allocations_;
   std::unordered_map<uint64_t, std::vector<EntryId>> leases_;

@@ -157,6 +157,7 @@ Result<size_t> CacheEngine::Recover() {
       ssd->ForgetBlock(stored[i].slot, info).IgnoreError();
       continue;
     }
+    MakeIndexRoom();
     const EntryId id = index_.Insert(*ns, info.key, parent);
     entry[i] = id;
     if (blocks_.size() < index_.id_limit()) blocks_.resize(index_.id_limit());

@@ -63,6 +63,7 @@ Result<Allocation> CacheEngine::Allocate(NamespaceId ns, std::optional<BlockKey>
                                        " tier dropped the chain's own prefix to make room");
       break;
     }
+    MakeIndexRoom();
     id = index_.Insert(ns, keys[i], prev);
     if (blocks_.size() < index_.id_limit()) blocks_.resize(index_.id_limit());
     blocks_[id] = Block{};
