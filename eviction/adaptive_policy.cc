@@ -100,11 +100,13 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "common/hash.h"
 #include "eviction/eviction_policy.h"
+#include "eviction/internal/adaptive.h"
 #include "eviction/internal/mini_cache.h"
 #include "eviction/internal/sample_index.h"
 
@@ -121,9 +123,10 @@ class AdaptivePolicy final : public EvictionPolicy {
   AdaptivePolicy(const Clock& clock, AdaptiveOptions options,
                  std::vector<std::unique_ptr<EvictionPolicy>> minis,
                  std::unique_ptr<EvictionPolicy> priority,
-                 std::unique_ptr<EvictionPolicy> leaf_priority)
+                 std::unique_ptr<EvictionPolicy> leaf_priority, uint32_t stamp_limit)
       : clock_(clock),
         options_(std::move(options)),
+        stamp_limit_(stamp_limit),
         priority_{std::move(priority), std::move(leaf_priority)},
         index_(minis.size()),
         stride_(1) {
@@ -132,16 +135,22 @@ class AdaptivePolicy final : public EvictionPolicy {
   }
 
   std::string_view name() const override { return "adaptive"; }
+
   void Insert(BlockId id, const BlockMeta& meta) override {
     if (id >= blocks_.size()) blocks_.resize(static_cast<size_t>(id) + 1);
     Slot& s = blocks_[id];
     assert(s.where == Where::kNone);
-    s.Set(meta);
-    s.stamp = ++clock_stamp_;
+    const bool sampled = Sampled(meta.fingerprint);
+    s.fingerprint = meta.fingerprint;
+    s.stamp = NextStamp();
+    s.touches = 0;
+    s.flags = FlagsOf(meta) | (sampled ? kSampled : 0);
+    s.priority = kDefaultPriority;
+    if (meta.priority != kDefaultPriority) SetPriority(id, s, meta);
     s.where = Retained(meta) ? Where::kPriority : Where::kFollowed;
     PoolInsert(s.where, id, meta);
     ++size_;
-    if (Sampled(meta.fingerprint)) ++sampled_in_tier_;
+    sampled_in_tier_ += sampled;
     if (size_ > high_water_) {
       high_water_ = size_;
       if (high_water_ >= next_restride_) Restride();
@@ -150,31 +159,25 @@ class AdaptivePolicy final : public EvictionPolicy {
 
   // Touch and Update are most of a tier's operations (a read pins, touches
   // and unpins each block), so the usual case, a block of the followed
-  // candidate that stays there, is handled here without Route's pool moves.
+  // candidate at the default priority that stays there, is handled here
+  // without Route's pool moves.
   void Touch(BlockId id, const BlockMeta& meta) override {
     Slot& s = blocks_[id];
     assert(s.where != Where::kNone);
-    if (s.where != Where::kFollowed || meta.priority != kDefaultPriority) {
-      Route(id, meta, /*touch=*/true);
-      return;
-    }
+    if (!Usual(s, meta)) return Route(id, meta, /*touch=*/true);
     s.stamp = ++clock_stamp_;
     if (s.touches < 3) ++s.touches;
-    s.Set(meta);
+    s.flags = (s.flags & kSampled) | FlagsOf(meta);
     if (live_ != nullptr) live_->Touch(id, meta);
   }
 
   void Update(BlockId id, const BlockMeta& meta) override {
     Slot& s = blocks_[id];
     assert(s.where != Where::kNone);
-    if (s.where != Where::kFollowed || meta.priority != kDefaultPriority) {
-      Route(id, meta, /*touch=*/false);
-      return;
-    }
-    if ((s.pinned && !meta.pinned) || (s.children_in_tier > 0 && meta.children_in_tier == 0)) {
-      s.stamp = ++clock_stamp_;
-    }
-    s.Set(meta);
+    if (!Usual(s, meta)) return Route(id, meta, /*touch=*/false);
+    const uint8_t now = FlagsOf(meta);
+    if ((s.flags & ~now & kKept) != 0) s.stamp = ++clock_stamp_;  // unpinned, or made a leaf
+    s.flags = (s.flags & kSampled) | now;
     if (live_ != nullptr) live_->Update(id, meta);
   }
 
@@ -182,8 +185,9 @@ class AdaptivePolicy final : public EvictionPolicy {
     Slot& s = blocks_[id];
     assert(s.where != Where::kNone);
     PoolErase(s.where, id);
-    if (Sampled(s.fingerprint)) --sampled_in_tier_;
-    s = Slot{};
+    sampled_in_tier_ -= (s.flags & kSampled) != 0;
+    if (s.priority != kDefaultPriority) expires_.erase(id);
+    s.where = Where::kNone;  // (Insert sets every other field)
     --size_;
   }
 
@@ -194,11 +198,11 @@ class AdaptivePolicy final : public EvictionPolicy {
       // order (Build).
       Build(StartScoring());
     }
-    EvictionPolicy& retained = *priority_[follows_leaf_ ? 1 : 0];
-    // (An empty priority pool, the usual case, costs no clock read.)
-    const std::optional<BlockId> p =
-        retained.size() > 0 ? retained.Victim() : std::optional<BlockId>{};
-    if (p && EffectivePriority(blocks_[*p].Meta()) < kDefaultPriority) return p;
+    // (An empty priority pool, the usual case, costs no call and no clock
+    // read.)
+    if (retained_ == 0) return live_->Victim();
+    const std::optional<BlockId> p = priority_[follows_leaf_ ? 1 : 0]->Victim();
+    if (p && EffectivePriority(Meta(*p)) < kDefaultPriority) return p;
     // A leaf-first candidate with every leaf pinned names none, as it would
     // alone: the engine then skips the write rather than evict an interior
     // block and the subtree under it.
@@ -249,50 +253,99 @@ class AdaptivePolicy final : public EvictionPolicy {
  private:
   enum class Where : uint8_t { kNone, kFollowed, kPriority };
 
-  // A tracked block: its metadata as the policies read it (no size: none
-  // does) in 32 bytes, two to a cache line, since every operation on the
-  // tier reads one at a random place.
+  // Slot::flags.
+  static constexpr uint8_t kPinned = 1;
+  static constexpr uint8_t kHasChildren = 2;  // children_in_tier > 0
+  static constexpr uint8_t kKept = kPinned | kHasChildren;
+  static constexpr uint8_t kSampled = 4;  // Sampled(fingerprint) at the current stride
+
+  // A tracked block: what a rebuilt candidate needs of it, in 16 bytes,
+  // four to a cache line, since every operation on the tier reads one at a
+  // random place (32 bytes cost one more cache miss in six per operation
+  // than LRU's own 12-byte node). Of children_in_tier only whether it is 0
+  // is kept: it is all a candidate reads (leaf first). The expiry of a
+  // priority that is not the default is in expires_ (it matters for no
+  // other block).
   struct Slot {
-    uint64_t fingerprint = 0;
-    TimeNs priority_expires_at = kNoExpiry;
+    uint64_t fingerprint = 0;  // as inserted (a tracked block keeps its key)
     // When the block last joined the recency order: inserted, touched,
     // unpinned or made a leaf (the order a rebuilt candidate gets).
-    uint64_t stamp = 0;
-    uint32_t children_in_tier = 0;
+    uint32_t stamp = 0;
     uint8_t priority = kDefaultPriority;
-    bool pinned = false;
     uint8_t touches = 0;  // accesses since it entered, up to 3 (S3-FIFO's frequency)
+    uint8_t flags = 0;
     Where where = Where::kNone;
-
-    void Set(const BlockMeta& m) {
-      fingerprint = m.fingerprint;  // (for a block that keeps its id after a reuse)
-      priority_expires_at = m.priority_expires_at;
-      children_in_tier = m.children_in_tier;
-      priority = m.priority;
-      pinned = m.pinned;
-    }
-    BlockMeta Meta() const {
-      BlockMeta m;
-      m.priority = priority;
-      m.priority_expires_at = priority_expires_at;
-      m.pinned = pinned;
-      m.children_in_tier = children_in_tier;
-      m.fingerprint = fingerprint;
-      return m;
-    }
   };
-  static_assert(sizeof(Slot) == 32);
+  static_assert(sizeof(Slot) == 16);
+
+  static uint8_t FlagsOf(const BlockMeta& m) {
+    return static_cast<uint8_t>((m.pinned ? kPinned : 0) |
+                                (m.children_in_tier > 0 ? kHasChildren : 0));
+  }
+
+  // The block's metadata as a rebuilt candidate (or the priority pools'
+  // victim check) reads it.
+  BlockMeta Meta(BlockId id) const {
+    const Slot& s = blocks_[id];
+    BlockMeta m;
+    m.priority = s.priority;
+    if (s.priority != kDefaultPriority) m.priority_expires_at = expires_.at(id);
+    m.pinned = (s.flags & kPinned) != 0;
+    m.children_in_tier = (s.flags & kHasChildren) != 0 ? 1 : 0;
+    m.fingerprint = s.fingerprint;
+    return m;
+  }
+
+  // A block of the followed candidate at the default priority, staying
+  // so, with stamps to spare (so that the usual case makes no call but
+  // the live policy's, and needs no stack frame).
+  bool Usual(const Slot& s, const BlockMeta& meta) const {
+    return s.where == Where::kFollowed && s.priority == kDefaultPriority &&
+           meta.priority == kDefaultPriority && clock_stamp_ < stamp_limit_;
+  }
+
+  void SetPriority(BlockId id, Slot& s, const BlockMeta& meta) {
+    if (meta.priority != kDefaultPriority) {
+      expires_[id] = meta.priority_expires_at;
+    } else if (s.priority != kDefaultPriority) {
+      expires_.erase(id);
+    }
+    s.priority = meta.priority;
+  }
+
+  // The next recency stamp. At stamp_limit_ (2^32 - 1: after billions of
+  // operations) the tracked blocks' stamps are renumbered 1..n in their
+  // order, which is all a stamp says.
+  uint32_t NextStamp() {
+    if (clock_stamp_ >= stamp_limit_) [[unlikely]]
+      RenumberStamps();
+    return ++clock_stamp_;
+  }
+
+  [[gnu::noinline]] void RenumberStamps() {
+    order_.clear();
+    for (BlockId id = 0; id < blocks_.size(); ++id) {
+      if (blocks_[id].where != Where::kNone) order_.emplace_back(blocks_[id].stamp, id);
+    }
+    SortByStamp();
+    uint32_t next = 0;
+    for (const auto& [stamp, id] : order_) blocks_[id].stamp = ++next;
+    clock_stamp_ = next;
+    assert(clock_stamp_ < stamp_limit_);
+  }
 
   void PoolInsert(Where w, BlockId id, const BlockMeta& meta) {
-    if (w == Where::kPriority) {
+    if (w == Where::kPriority) [[unlikely]] {
       for (auto& p : priority_) p->Insert(id, meta);
+      ++retained_;
       return;
     }
     if (live_ != nullptr) live_->Insert(id, meta);
   }
   void PoolErase(Where w, BlockId id) {
-    if (w == Where::kPriority) {
+    if (w == Where::kPriority) [[unlikely]] {
       for (auto& p : priority_) p->Erase(id);
+      --retained_;
       return;
     }
     if (live_ != nullptr) live_->Erase(id);
@@ -308,12 +361,11 @@ class AdaptivePolicy final : public EvictionPolicy {
   // (Out of line, so that Touch's and Update's usual case stays lean.)
   [[gnu::noinline]] void Route(BlockId id, const BlockMeta& meta, bool touch) {
     Slot& s = blocks_[id];
-    if (touch || (s.pinned && !meta.pinned) ||
-        (s.children_in_tier > 0 && meta.children_in_tier == 0)) {
-      s.stamp = ++clock_stamp_;
-    }
+    const uint8_t now = FlagsOf(meta);
+    if (touch || (s.flags & ~now & kKept) != 0) s.stamp = NextStamp();
     if (touch && s.touches < 3) ++s.touches;
-    s.Set(meta);
+    s.flags = (s.flags & kSampled) | now;
+    SetPriority(id, s, meta);
     const Where w = Retained(meta) ? Where::kPriority : Where::kFollowed;
     if (w != s.where) {
       PoolErase(s.where, id);
@@ -430,8 +482,12 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
     refs_ *= kept;
     sampled_in_tier_ = 0;
-    for (const Slot& b : blocks_)
-      sampled_in_tier_ += b.where != Where::kNone && Sampled(b.fingerprint);
+    for (Slot& b : blocks_) {
+      if (b.where == Where::kNone) continue;
+      const bool sampled = Sampled(b.fingerprint);
+      b.flags = static_cast<uint8_t>((b.flags & ~kSampled) | (sampled ? kSampled : 0));
+      sampled_in_tier_ += sampled;
+    }
   }
 
   // Ages every candidate's hits and the reference count by `n` references,
@@ -471,7 +527,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   // tier (std::sort took 4 % of a replay that switched a few times).
   void SortByStamp() {
     if (order_.size() < 2) return;
-    uint64_t lo = UINT64_MAX, hi = 0;
+    uint32_t lo = UINT32_MAX, hi = 0;
     for (const auto& [stamp, id] : order_) {
       lo = std::min(lo, stamp);
       hi = std::max(hi, stamp);
@@ -480,7 +536,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     constexpr size_t kBuckets = size_t{1} << kBits;
     scratch_.resize(order_.size());
     std::array<size_t, kBuckets> count;
-    for (int shift = 0; shift < 64 && ((hi - lo) >> shift) != 0; shift += kBits) {
+    for (int shift = 0; shift < 32 && ((hi - lo) >> shift) != 0; shift += kBits) {
       count.fill(0);
       for (const auto& e : order_) ++count[((e.first - lo) >> shift) & (kBuckets - 1)];
       size_t at = 0;
@@ -516,11 +572,10 @@ class AdaptivePolicy final : public EvictionPolicy {
     const std::string_view name = options_.candidates[i];
     const bool by_recency = name.ends_with("lru") || name.ends_with("priority");
     for (const auto& [stamp, id] : order_) {
-      const Slot& s = blocks_[id];
-      const BlockMeta meta = s.Meta();
+      const BlockMeta meta = Meta(id);
       (*next)->Insert(id, meta);
       if (by_recency) continue;
-      for (uint8_t t = 0; t < s.touches; ++t) (*next)->Touch(id, meta);
+      for (uint8_t t = 0; t < blocks_[id].touches; ++t) (*next)->Touch(id, meta);
     }
     live_ = std::move(next).value();
     followed_index_ = i;
@@ -533,15 +588,19 @@ class AdaptivePolicy final : public EvictionPolicy {
   // Victim().
   std::unique_ptr<EvictionPolicy> live_;
   size_t followed_index_ = 0;
-  uint64_t clock_stamp_ = 0;                           // Slot::stamp's clock
-  std::vector<std::pair<uint64_t, BlockId>> order_;    // Follow's scratch
-  std::vector<std::pair<uint64_t, BlockId>> scratch_;  // SortByStamp's
+  uint32_t clock_stamp_ = 0;  // Slot::stamp's clock
+  const uint32_t stamp_limit_;
+  std::vector<std::pair<uint32_t, BlockId>> order_;    // Build's (and RenumberStamps') scratch
+  std::vector<std::pair<uint32_t, BlockId>> scratch_;  // SortByStamp's
   // The retained blocks by priority, twice: plainly, and leaf first (used
   // while the followed candidate is leaf-first, so that it keeps a retained
   // block's children as it keeps the others').
   std::array<std::unique_ptr<EvictionPolicy>, 2> priority_;
   bool follows_leaf_ = false;
+  size_t retained_ = 0;  // blocks in the priority pools
   std::vector<Slot> blocks_;
+  std::unordered_map<BlockId, TimeNs>
+      expires_;  // of the blocks whose Slot::priority is not the default
   size_t size_ = 0;
   uint64_t switches_ = 0;
 
@@ -567,8 +626,11 @@ class AdaptivePolicy final : public EvictionPolicy {
 
 }  // namespace
 
-Result<std::unique_ptr<EvictionPolicy>> NewAdaptivePolicy(const Clock& clock,
-                                                          AdaptiveOptions options) {
+namespace internal {
+
+Result<std::unique_ptr<EvictionPolicy>> NewAdaptivePolicyWithStampLimit(const Clock& clock,
+                                                                        AdaptiveOptions options,
+                                                                        uint32_t stamp_limit) {
   if (options.candidates.empty()) return InvalidArgumentError("adaptive: no candidates");
   if (options.min_stride == 0 || !std::has_single_bit(options.min_stride)) {
     return InvalidArgumentError("adaptive: min_stride must be a power of two");
@@ -581,8 +643,15 @@ Result<std::unique_ptr<EvictionPolicy>> NewAdaptivePolicy(const Clock& clock,
   }
   std::unique_ptr<EvictionPolicy> policy = std::make_unique<AdaptivePolicy>(
       clock, std::move(options), std::move(minis), NewPriorityPolicy(clock),
-      NewLeafFirst(NewPriorityPolicy(clock)));
+      NewLeafFirst(NewPriorityPolicy(clock)), stamp_limit);
   return policy;
+}
+
+}  // namespace internal
+
+Result<std::unique_ptr<EvictionPolicy>> NewAdaptivePolicy(const Clock& clock,
+                                                          AdaptiveOptions options) {
+  return internal::NewAdaptivePolicyWithStampLimit(clock, std::move(options), UINT32_MAX);
 }
 
 }  // namespace kvtier::eviction

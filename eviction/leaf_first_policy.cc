@@ -20,17 +20,29 @@ class LeafFirstPolicy final : public EvictionPolicy {
 
   std::string_view name() const override { return name_; }
 
-  void Insert(BlockId id, const BlockMeta& meta) override { inner_->Insert(id, AsInner(meta)); }
-  void Touch(BlockId id, const BlockMeta& meta) override { inner_->Touch(id, AsInner(meta)); }
-  void Update(BlockId id, const BlockMeta& meta) override { inner_->Update(id, AsInner(meta)); }
+  void Insert(BlockId id, const BlockMeta& meta) override {
+    if (!Masked(meta)) return inner_->Insert(id, meta);
+    inner_->Insert(id, AsPinned(meta));
+  }
+  void Touch(BlockId id, const BlockMeta& meta) override {
+    if (!Masked(meta)) return inner_->Touch(id, meta);
+    inner_->Touch(id, AsPinned(meta));
+  }
+  void Update(BlockId id, const BlockMeta& meta) override {
+    if (!Masked(meta)) return inner_->Update(id, meta);
+    inner_->Update(id, AsPinned(meta));
+  }
   void Erase(BlockId id) override { inner_->Erase(id); }
   std::optional<BlockId> Victim() override { return inner_->Victim(); }
   size_t size() const override { return inner_->size(); }
 
  private:
-  static BlockMeta AsInner(const BlockMeta& meta) {
+  // An unpinned block with children: the inner policy sees it pinned. (The
+  // others pass as they are, uncopied: most calls.)
+  static bool Masked(const BlockMeta& meta) { return !meta.pinned && meta.children_in_tier > 0; }
+  static BlockMeta AsPinned(const BlockMeta& meta) {
     BlockMeta m = meta;
-    m.pinned = meta.pinned || meta.children_in_tier > 0;
+    m.pinned = true;
     return m;
   }
 

@@ -2,11 +2,13 @@
 // tests/replay/adaptive_test.cc its choices on whole traces).
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
 #include "common/hash.h"
 #include "eviction/eviction_policy.h"
+#include "eviction/internal/adaptive.h"
 
 namespace kvtier::eviction {
 namespace {
@@ -118,6 +120,70 @@ std::string StartsWith(bool victims_demoted) {
 TEST(AdaptivePolicyTest, ALastTierStartsWithTheCandidateThatKeepsTheLastChain) {
   EXPECT_EQ(StartsWith(/*victims_demoted=*/false), "leaf-lru");
   EXPECT_EQ(StartsWith(/*victims_demoted=*/true), "lru");
+}
+
+// The recency stamps (the order a rebuilt candidate gets) are 32 bits,
+// renumbered when they run out. A policy whose stamps run out every few
+// dozen operations decides exactly as one whose never do: the same
+// victims, switches and sampled hits, through inserts, touches, pins,
+// children, erases and references that make it switch candidates (at
+// any lead: margin 0). The first victim is wanted only after thousands of
+// stamps, so the first candidate too is built from renumbered ones.
+TEST(AdaptivePolicyTest, RenumberedStampsKeepEveryDecision) {
+  ManualClock clock;
+  AdaptiveOptions options;
+  options.margin = 0;
+  auto wide = NewAdaptivePolicy(clock, options);
+  auto narrow = internal::NewAdaptivePolicyWithStampLimit(clock, options, 64);
+  ASSERT_TRUE(wide.ok());
+  ASSERT_TRUE(narrow.ok());
+  EvictionPolicy* both[] = {wide->get(), narrow->get()};
+  std::mt19937 rng(5);
+  constexpr BlockId kIds = 40;
+  std::vector<bool> tracked(kIds, false);
+  std::vector<BlockMeta> meta(kIds);
+  size_t victims = 0;
+  for (int step = 0; step < 40'000; ++step) {
+    const BlockId id = static_cast<BlockId>(rng() % kIds);
+    const int op = static_cast<int>(rng() % 6);
+    if (op == 0 && !tracked[id]) {
+      meta[id] = BlockMeta{};
+      meta[id].fingerprint = Mix64(rng() % 200 + 1);
+      meta[id].pinned = rng() % 4 == 0;
+      for (EvictionPolicy* p : both) p->Insert(id, meta[id]);
+      tracked[id] = true;
+    } else if (op == 1 && tracked[id]) {
+      for (EvictionPolicy* p : both) p->Touch(id, meta[id]);
+    } else if (op == 2 && tracked[id]) {
+      meta[id].pinned = rng() % 3 == 0;
+      meta[id].children_in_tier = rng() % 3 == 0 ? 1 : 0;
+      for (EvictionPolicy* p : both) p->Update(id, meta[id]);
+    } else if (op == 3 && tracked[id]) {
+      for (EvictionPolicy* p : both) p->Erase(id);
+      tracked[id] = false;
+    } else if (op == 4 && step > 5'000) {
+      const std::optional<BlockId> v = wide->get()->Victim();
+      ASSERT_EQ(v, narrow->get()->Victim()) << "step " << step;
+      if (v) {
+        for (EvictionPolicy* p : both) p->Erase(*v);
+        tracked[*v] = false;
+        ++victims;
+      }
+    } else if (op == 5) {
+      std::vector<uint64_t> chain;
+      for (size_t n = rng() % 12; n > 0; --n) chain.push_back(Mix64(rng() % 200 + 1));
+      for (EvictionPolicy* p : both) p->Referenced(chain);
+    }
+  }
+  const AdaptiveReport a = *wide->get()->adaptive_report();
+  const AdaptiveReport b = *narrow->get()->adaptive_report();
+  EXPECT_GT(victims, 1000u);
+  EXPECT_GT(a.switches, 10u);
+  EXPECT_EQ(a.switches, b.switches);
+  for (size_t i = 0; i < a.candidates.size(); ++i) {
+    EXPECT_EQ(a.candidates[i].followed, b.candidates[i].followed);
+    EXPECT_EQ(a.candidates[i].sampled_hit_rate, b.candidates[i].sampled_hit_rate);
+  }
 }
 
 TEST(AdaptivePolicyTest, BadOptionsAreRefused) {
