@@ -162,7 +162,11 @@ struct AdaptiveOptions {
   // The candidates, by NewPolicy() name; the first is followed until the
   // samples favour another. Priority retention applies on top of all. LRU
   // first: where the samples cannot tell the candidates apart, the policy
-  // is the one a user would otherwise have run.
+  // is the one a user would otherwise have run. A candidate reads of a
+  // block's metadata pinned, priority and expiry, and (leaf first) whether
+  // children_in_tier is 0, nothing more, as every policy NewPolicy() makes
+  // does: the followed one hears of an Update only when that changes, and
+  // a rebuilt one gets children_in_tier as 0 or 1.
   std::vector<std::string> candidates = {"lru", "leaf-lru", "s3fifo"};
   // Blocks each miniature cache aims to hold: the sampling rate is about
   // sample_blocks / (the tier's largest size), at most 1 / min_stride (the

@@ -56,9 +56,13 @@ class MiniCache {
     if (parent != kNoBlock) written_.push_back(parent);
     for (BlockId id : written_) SetPinned(id, true);
     for (size_t i = found; i < chain.size(); ++i) {
-      if (Holds(chain[i]) || !MakeRoom(capacity)) break;       // skipped, with the rest
+      // (Making room changes no row that another column holds, nor adds
+      // one, so the row found first is still chain[i]'s after it.)
+      const uint32_t row = index_->Find(chain[i]);
+      if (row != internal::SampleIndex::kNoRow && index_->Get(row, column_) != kNoBlock) break;
+      if (!MakeRoom(capacity)) break;                          // skipped, with the rest
       if (parent != kNoBlock && nodes_[parent].orphan) break;  // they would go at once
-      parent = Add(chain[i], parent);
+      parent = Add(chain[i], row, parent);
       written_.push_back(parent);
     }
     // The commit: the new blocks unpinned last first, then the parent.
@@ -138,12 +142,13 @@ class MiniCache {
     bool orphan = false;  // dropped while pinned: gone from the index, freed at its unpin
   };
 
-  BlockMeta MetaOf(BlockId id) const {
-    BlockMeta m;
-    m.fingerprint = nodes_[id].fp;
-    m.children_in_tier = nodes_[id].children;
-    m.pinned = nodes_[id].pinned;
-    return m;
+  // The block's metadata, in a scratch the next call overwrites (a policy
+  // call reads it and returns before that).
+  const BlockMeta& MetaOf(BlockId id) {
+    meta_.fingerprint = nodes_[id].fp;
+    meta_.children_in_tier = nodes_[id].children;
+    meta_.pinned = nodes_[id].pinned;
+    return meta_;
   }
 
   bool MakeRoom(size_t capacity) {
@@ -155,8 +160,9 @@ class MiniCache {
     return true;
   }
 
-  // A new pinned block under `parent` (kNoBlock: a root).
-  BlockId Add(uint64_t fp, BlockId parent) {
+  // A new pinned block for `fp` (whose row in the index is `row`, or kNoRow)
+  // under `parent` (kNoBlock: a root).
+  BlockId Add(uint64_t fp, uint32_t row, BlockId parent) {
     BlockId id;
     if (!free_.empty()) {
       id = free_.back();
@@ -170,7 +176,7 @@ class MiniCache {
     n.fp = fp;
     n.pinned = true;
     n.held = true;
-    index_->Set(fp, column_, id);
+    index_->Set(fp, row, column_, id);
     ++held_;
     if (parent != kNoBlock) Link(id, parent);
     policy_->Insert(id, MetaOf(id));
@@ -253,6 +259,7 @@ class MiniCache {
   std::vector<BlockId> stack_;
   std::vector<BlockId> run_;
   std::vector<BlockId> written_;  // the write's parent, then its new blocks
+  BlockMeta meta_;                // MetaOf's
 };
 
 }  // namespace kvtier::eviction::internal

@@ -41,8 +41,10 @@ class SampleIndex {
   BlockId Get(uint32_t row, size_t column) const { return ids_[row * columns_ + column]; }
 
   // Records that `column` holds fp as `id`. REQUIRES: it holds none for fp.
-  void Set(uint64_t fp, size_t column, BlockId id) {
-    uint32_t row = Find(fp);
+  void Set(uint64_t fp, size_t column, BlockId id) { Set(fp, Find(fp), column, id); }
+  // The same, `row` being Find(fp) (kNoRow: none yet).
+  void Set(uint64_t fp, uint32_t row, size_t column, BlockId id) {
+    assert(row == Find(fp));
     if (row == kNoRow) row = AddRow(fp);
     BlockId& at = ids_[row * columns_ + column];
     assert(at == kNil);

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <set>
+#include <vector>
 
 #include "eviction/eviction_policy.h"
 
@@ -197,6 +199,62 @@ TEST_P(PolicyContractTest, RandomMetadataKeepsTheContract) {
       continue;
     }
     state[id] = kept(m) ? 1 : 0;
+  }
+}
+
+// An Update that changes nothing the policy reads (pinned, priority and,
+// leaf first, whether it has children) changes none of its decisions: the
+// adaptive policy tells its followed candidate only of the others. Two
+// instances see the same events; one also gets such updates (children
+// counts that stay on the same side of 0, or any count where leaves do not
+// count), and they name the same victims.
+TEST_P(PolicyContractTest, UpdatesThatChangeNothingReadChangeNothing) {
+  if (GetParam() == "adaptive") GTEST_SKIP() << "a candidate's property, not adaptive's";
+  const bool leaf_first = GetParam().starts_with("leaf-");
+  auto twin = NewPolicy(GetParam(), clock_);
+  ASSERT_TRUE(twin.ok());
+  EvictionPolicy& told = *policy_;
+  EvictionPolicy& plain = **twin;
+  std::mt19937 rng(29);
+  std::vector<std::optional<BlockMeta>> meta(32);
+  for (int step = 0; step < 20'000; ++step) {
+    const BlockId id = static_cast<BlockId>(rng() % meta.size());
+    const int op = static_cast<int>(rng() % 6);
+    if (op == 0 && !meta[id]) {
+      BlockMeta m = Meta(rng() % 3 == 0);
+      m.children_in_tier = static_cast<uint32_t>(rng() % 2);
+      m.priority = rng() % 4 == 0 ? 60 : kDefaultPriority;
+      meta[id] = m;
+      told.Insert(id, m);
+      plain.Insert(id, m);
+    } else if (op == 1 && meta[id]) {
+      told.Touch(id, *meta[id]);
+      plain.Touch(id, *meta[id]);
+    } else if (op == 2 && meta[id]) {
+      meta[id]->pinned = rng() % 3 == 0;
+      meta[id]->children_in_tier = static_cast<uint32_t>(rng() % 2);
+      told.Update(id, *meta[id]);
+      plain.Update(id, *meta[id]);
+    } else if (op == 3 && meta[id]) {
+      // Only `told` hears of it.
+      BlockMeta m = *meta[id];
+      const uint32_t children = m.children_in_tier;
+      const auto some = static_cast<uint32_t>(rng() % 3);
+      m.children_in_tier = leaf_first ? (children > 0 ? 1 + some : 0) : some;
+      told.Update(id, m);
+    } else if (op == 4) {
+      const std::optional<BlockId> v = told.Victim();
+      ASSERT_EQ(v, plain.Victim()) << "step " << step;
+      if (v) {
+        told.Erase(*v);
+        plain.Erase(*v);
+        meta[*v].reset();
+      }
+    } else if (op == 5 && meta[id]) {
+      told.Erase(id);
+      plain.Erase(id);
+      meta[id].reset();
+    }
   }
 }
 
