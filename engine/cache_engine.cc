@@ -28,14 +28,6 @@ RemoteNamespace RemoteNamespaceOf(const NamespaceSpec& spec) {
   return {RemoteNamespaceId(spec.model, spec.salt, stored), stored};
 }
 
-// A block's fingerprint for its policy (BlockMeta::fingerprint): the same
-// in the tier's Insert as in the lookups' chains (Referenced), so that an
-// adaptive policy can tell which of the tier's blocks it samples.
-uint64_t Fingerprint(NamespaceId ns, const BlockKey& key) {
-  const uint64_t salt = (uint64_t{ns} + 1) * 0x9e3779b97f4a7c15ULL;  // namespaces apart
-  return prefix_index::BlockKeyHash{}(key) ^ salt;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& options,
@@ -181,6 +173,20 @@ Status CacheEngine::CheckTarget(TierKind kind) const {
   return Status::Ok();
 }
 
+uint64_t CacheEngine::PolicyFingerprint(NamespaceId ns, const BlockKey& key) {
+  const uint64_t salt = (uint64_t{ns} + 1) * 0x9e3779b97f4a7c15ULL;  // namespaces apart
+  return prefix_index::BlockKeyHash{}(key) ^ salt;
+}
+
+CacheEngine::Block& CacheEngine::NewBlock(EntryId id, NamespaceId ns, const BlockKey& key) {
+  if (blocks_.size() < index_.id_limit()) blocks_.resize(index_.id_limit());
+  Block& b = blocks_[id];
+  b = Block{};
+  b.ns = ns;
+  b.fingerprint = PolicyFingerprint(ns, key);
+  return b;
+}
+
 void CacheEngine::MakeIndexRoom() {
   // The index keeps its table up to 7/8 full, where linear probing's runs
   // grow long: an erase re-hashes the key of every slot up to the run's
@@ -197,13 +203,13 @@ void CacheEngine::MakeIndexRoom() {
 void CacheEngine::TellReferences(NamespaceId ns, std::span<const BlockKey> keys) {
   if (!references_wanted_) return;
   chain_fingerprints_.clear();
-  for (const BlockKey& key : keys) chain_fingerprints_.push_back(Fingerprint(ns, key));
+  for (const BlockKey& key : keys) chain_fingerprints_.push_back(PolicyFingerprint(ns, key));
   for (const auto& p : policies_) {
     if (p != nullptr && p->wants_references()) p->Referenced(chain_fingerprints_);
   }
 }
 
-uint64_t CacheEngine::BlockBytes(EntryId id) const { return block_bytes_[index_.ns(id)]; }
+uint64_t CacheEngine::BlockBytes(EntryId id) const { return block_bytes_[blocks_[id].ns]; }
 
 uint64_t CacheEngine::StoredBytes(NamespaceId ns, Quantize q) const {
   return q == Quantize::kOff ? block_bytes_[ns] : StoredLayout(LayoutOf(ns), q).BlockBytes();
@@ -211,7 +217,7 @@ uint64_t CacheEngine::StoredBytes(NamespaceId ns, Quantize q) const {
 
 uint64_t CacheEngine::BytesInTier(EntryId id) const {
   const Block& b = blocks_[id];
-  return b.tier == TierKind::kSsd ? StoredBytes(index_.ns(id), b.stored) : BlockBytes(id);
+  return b.tier == TierKind::kSsd ? StoredBytes(b.ns, b.stored) : block_bytes_[b.ns];
 }
 
 eviction::BlockMeta CacheEngine::MetaOf(EntryId id) const {
@@ -223,7 +229,7 @@ eviction::BlockMeta CacheEngine::MetaOf(EntryId id) const {
   meta.pinned = b.pins > 0 || b.hinted;  // a hint protects as a pin does, until it yields
   meta.children_in_tier = b.children_in_tier;
   // (Also lets S3-FIFO's ghosts survive id reuse.)
-  meta.fingerprint = Fingerprint(index_.ns(id), index_.key(id));
+  meta.fingerprint = b.fingerprint;
   return meta;
 }
 
@@ -442,8 +448,12 @@ void CacheEngine::LeaveTier(EntryId id, bool free_slot) {
 void CacheEngine::AdjustParentChildren(EntryId id, TierKind kind, int delta) {
   const EntryId p = index_.parent(id);
   if (p == kNoEntry || blocks_[p].tier != kind) return;
-  blocks_[p].children_in_tier =
-      static_cast<uint32_t>(static_cast<int64_t>(blocks_[p].children_in_tier) + delta);
+  Block& b = blocks_[p];
+  b.children_in_tier = static_cast<uint32_t>(static_cast<int64_t>(b.children_in_tier) + delta);
+  // A pinned parent's policy hears of its children with its unpin
+  // (eviction_policy.h): every block written under a parent that the write
+  // pins saves a call.
+  if (b.pins > 0 || b.hinted) return;
   PolicyOf(kind).Update(p, MetaOf(p));
 }
 

@@ -467,28 +467,34 @@ class CacheEngine {
   // until the write completes.
   enum class State : uint8_t { kPending, kReady, kDoomed, kArriving };
 
-  // Per-block state, indexed by the index's EntryId.
+  // Per-block state, indexed by the index's EntryId, widest fields first
+  // (56 bytes). It holds all its policy is told (MetaOf reads nothing
+  // else: reading the index's node for the namespace and key was one more
+  // cache miss per policy call in a tier larger than the caches).
   struct Block {
+    TimeNs priority_until = eviction::kNoExpiry;
+    uint64_t checksum = 0;     // from the io_bound tier's WriteBlock
+    uint64_t fingerprint = 0;  // BlockMeta::fingerprint: PolicyFingerprint of its key
+    NamespaceId ns = 0;        // as index_.ns()
+    SlotId slot = 0;
+    uint32_t pins = 0;
+    uint32_t children_in_tier = 0;  // children living in this block's tier
+    SlotId shadow = 0;              // the slot of its ssd copy, with has_shadow
     TierKind tier = TierKind::kHost;
     State state = State::kPending;
     uint8_t priority = eviction::kDefaultPriority;
-    SlotId slot = 0;
-    TimeNs priority_until = eviction::kNoExpiry;
-    uint32_t pins = 0;
-    uint32_t children_in_tier = 0;  // children living in this block's tier
-    bool promoting = false;         // a read out of an io_bound tier is in flight
-    uint64_t checksum = 0;          // from the io_bound tier's WriteBlock
+    bool promoting = false;  // a read out of an io_bound tier is in flight
     // Write-through: a copy on the ssd while the block lives in memory.
     bool has_shadow = false;
     bool shadow_pending = false;  // its write is in flight (the block is pinned)
-    SlotId shadow = 0;
-    bool hinted = false;       // protected by hints (hints_ has its owners)
-    bool prefetched = false;   // read ahead by a hint (ssd, remote), not acquired since
-    bool in_remote = false;    // written to (or read from) the remote tier: not written again
-    bool from_remote = false;  // read from the remote tier, not acquired since
+    bool hinted = false;          // protected by hints (hints_ has its owners)
+    bool prefetched = false;      // read ahead by a hint (ssd, remote), not acquired since
+    bool in_remote = false;       // written to (or read from) the remote tier: not written again
+    bool from_remote = false;     // read from the remote tier, not acquired since
     // The form of its ssd copy (the block on the ssd, or its shadow).
     Quantize stored = Quantize::kOff;
   };
+  static_assert(sizeof(Block) == 56);
 
   // The hints protecting one block: each owner with its count of hints on
   // it (one per request hinted), and when the last expires.
@@ -531,6 +537,13 @@ class CacheEngine {
   Status CheckNamespace(NamespaceId ns) const;
   // Before an insert into the index: keeps its table at most half full.
   void MakeIndexRoom();
+  // A new block's entry in blocks_, for `key` of `ns` just inserted in the
+  // index as `id`.
+  Block& NewBlock(EntryId id, NamespaceId ns, const BlockKey& key);
+  // A block's fingerprint for its policy (BlockMeta::fingerprint): the same
+  // in the tier's Insert as in the lookups' chains (Referenced), so that an
+  // adaptive policy can tell which of the tier's blocks it samples.
+  static uint64_t PolicyFingerprint(NamespaceId ns, const BlockKey& key);
   // Hands a lookup's chain to the policies that simulate (Referenced).
   void TellReferences(NamespaceId ns, std::span<const BlockKey> keys);
   // A tier that blocks can be allocated in and acquired into.
@@ -709,7 +722,7 @@ class CacheEngine {
   // to yet: the first AddNamespace for it sets its quantize_lower.
   std::vector<bool> ns_decided_;
   prefix_index::PrefixIndex index_;
-  size_t index_room_ = 0;  // entries the index holds at most half full (MakeIndexRoom)
+  size_t index_room_ = 0;      // entries the index holds at most half full (MakeIndexRoom)
   std::vector<Block> blocks_;  // indexed by EntryId
   std::unordered_map<uint64_t, AllocationRecord> allocations_;
   std::unordered_map<uint64_t, std::vector<EntryId>> leases_;

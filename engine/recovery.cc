@@ -160,8 +160,7 @@ Result<size_t> CacheEngine::Recover() {
     MakeIndexRoom();
     const EntryId id = index_.Insert(*ns, info.key, parent);
     entry[i] = id;
-    if (blocks_.size() < index_.id_limit()) blocks_.resize(index_.id_limit());
-    blocks_[id] = Block{};
+    NewBlock(id, *ns, info.key);
     blocks_[id].state = State::kReady;
     blocks_[id].priority = info.priority;
     blocks_[id].checksum = info.checksum;

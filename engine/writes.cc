@@ -65,9 +65,7 @@ Result<Allocation> CacheEngine::Allocate(NamespaceId ns, std::optional<BlockKey>
     }
     MakeIndexRoom();
     id = index_.Insert(ns, keys[i], prev);
-    if (blocks_.size() < index_.id_limit()) blocks_.resize(index_.id_limit());
-    blocks_[id] = Block{};
-    blocks_[id].pins = 1;  // a pending block is pinned by its writer
+    NewBlock(id, ns, keys[i]).pins = 1;  // a pending block is pinned by its writer
     EnterTier(id, kind, *slot);
     ++pending_blocks_;
     rec.pending.push_back(id);

@@ -5,7 +5,9 @@
 // blocks of that tier: Insert when a block enters, Touch on a hit, Update
 // when its metadata changes without an access (pinned, children, priority),
 // Erase when it leaves. Victim() names the next block to move down; the
-// engine moves it and then calls Erase.
+// engine moves it and then calls Erase. Children that come and go while a
+// block is pinned are told with its unpin (a pinned block is no victim,
+// whatever its children): until then its children_in_tier is as last told.
 //
 // Every policy honours the same contract (tests/eviction/policy_contract_test.cc):
 // a pinned block is never a victim; Victim() is nullopt only when no tracked
