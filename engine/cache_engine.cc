@@ -202,10 +202,10 @@ void CacheEngine::MakeIndexRoom() {
 
 void CacheEngine::TellReferences(NamespaceId ns, std::span<const BlockKey> keys) {
   if (!references_wanted_) return;
-  chain_fingerprints_.clear();
-  for (const BlockKey& key : keys) chain_fingerprints_.push_back(PolicyFingerprint(ns, key));
+  const std::span<const uint64_t> chain = chains_.Of(
+      ns, keys, [](NamespaceId n, const BlockKey& key) { return PolicyFingerprint(n, key); });
   for (const auto& p : policies_) {
-    if (p != nullptr && p->wants_references()) p->Referenced(chain_fingerprints_);
+    if (p != nullptr && p->wants_references()) p->Referenced(chain);
   }
 }
 

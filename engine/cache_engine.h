@@ -40,6 +40,7 @@
 #include "common/clock.h"
 #include "common/layout.h"
 #include "common/result.h"
+#include "engine/internal/chain_fingerprints.h"
 #include "engine/io_executor.h"
 #include "eviction/eviction_policy.h"
 #include "prefix_index/block_key.h"
@@ -705,11 +706,11 @@ class CacheEngine {
   const Clock& clock_;
   std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers_;
   std::array<std::unique_ptr<eviction::EvictionPolicy>, kNumTierKinds> policies_;
-  bool references_wanted_ = false;            // a policy wants Referenced()
-  std::vector<uint64_t> chain_fingerprints_;  // TellReferences' scratch
-  std::vector<EntryId> drop_stack_;           // Drop's scratch
-  std::vector<NamespaceSpec> namespaces_;     // indexed by NamespaceId
-  std::vector<NamespaceUse> ns_use_;          // indexed by NamespaceId
+  bool references_wanted_ = false;         // a policy wants Referenced()
+  internal::ChainFingerprints chains_;     // TellReferences' fingerprints
+  std::vector<EntryId> drop_stack_;        // Drop's scratch
+  std::vector<NamespaceSpec> namespaces_;  // indexed by NamespaceId
+  std::vector<NamespaceUse> ns_use_;       // indexed by NamespaceId
   // Fingerprints of dropped blocks, direct-mapped (a newer one overwrites an
   // older): tells a miss of an evicted block from one of a block never
   // stored, in bounded memory (NamespaceUse).

@@ -107,6 +107,7 @@
 #include "common/hash.h"
 #include "eviction/eviction_policy.h"
 #include "eviction/internal/adaptive.h"
+#include "eviction/internal/chain_sampler.h"
 #include "eviction/internal/mini_cache.h"
 #include "eviction/internal/sample_index.h"
 
@@ -202,14 +203,10 @@ class AdaptivePolicy final : public EvictionPolicy {
     if (!Usual(s, meta)) return Route(id, meta, /*touch=*/false);
     const uint8_t now = FlagsOf(meta);
     const uint8_t was = s.flags;
-    if ((was & ~now & kKept) != 0) s.stamp = ++clock_stamp_;  // unpinned, or made a leaf
+    const unsigned change = (was & kKept) * 4u + now;  // (was, now), of the kept flags
+    if (((kStampingChanges >> change) & 1) != 0) s.stamp = ++clock_stamp_;
     s.flags = (was & kSampled) | now;
-    // An update that leaves the block as the followed candidate sees it
-    // (most of the engine's: a pinned parent gaining a child, a parent
-    // losing one where leaves do not count) would change nothing there.
-    if (live_ != nullptr && ((was & view_) != 0) != ((now & view_) != 0)) {
-      live_->Update(id, meta);
-    }
+    if (live_ != nullptr && ((seen_changes_ >> change) & 1) != 0) live_->Update(id, meta);
   }
 
   void Erase(BlockId id) override {
@@ -263,10 +260,8 @@ class AdaptivePolicy final : public EvictionPolicy {
   bool wants_references() const override { return true; }
 
   void Referenced(std::span<const uint64_t> chain) override {
-    sampled_.clear();
-    for (uint64_t fp : chain) {
-      if (Sampled(fp)) sampled_.push_back(fp);
-    }
+    sampler_.Sample(
+        chain, stride_, [this](uint64_t fp) { return Sampled(fp); }, &sampled_);
     if (sampled_.empty()) return;
     last_chain_.assign(sampled_.begin(), sampled_.end());
     LookUpRows(sampled_);
@@ -327,6 +322,33 @@ class AdaptivePolicy final : public EvictionPolicy {
     Where where = Where::kNone;
   };
   static_assert(sizeof(Slot) == 8);
+
+  // Sets of changes (was, now) of the kept flags, bit was * 4 + now. An
+  // unpin or a block made a leaf takes a new stamp ...
+  static constexpr uint16_t kStampingChanges = [] {
+    uint16_t set = 0;
+    for (unsigned was = 0; was < 4; ++was) {
+      for (unsigned now = 0; now < 4; ++now) {
+        if ((was & ~now) != 0) set = static_cast<uint16_t>(set | (1u << (was * 4 + now)));
+      }
+    }
+    return set;
+  }();
+  // ... and the followed candidate hears only of those it sees (Follows):
+  // an update that leaves a block as it reads it (most of the engine's: a
+  // parent losing a child, where leaves do not count) would change nothing
+  // there.
+  static constexpr uint16_t SeenChanges(uint8_t view) {
+    uint16_t set = 0;
+    for (unsigned was = 0; was < 4; ++was) {
+      for (unsigned now = 0; now < 4; ++now) {
+        if (((was & view) != 0) != ((now & view) != 0)) {
+          set = static_cast<uint16_t>(set | (1u << (was * 4 + now)));
+        }
+      }
+    }
+    return set;
+  }
 
   static uint8_t FlagsOf(const BlockMeta& m) {
     return static_cast<uint8_t>((m.pinned ? kPinned : 0) |
@@ -606,11 +628,11 @@ class AdaptivePolicy final : public EvictionPolicy {
   }
 
   // Candidate `i` is the followed one (its view of the blocks: follows_leaf_
-  // and view_).
+  // and seen_changes_).
   void Follows(size_t i) {
     followed_index_ = i;
     follows_leaf_ = options_.candidates[i].starts_with("leaf-");
-    view_ = follows_leaf_ ? kKept : kPinned;
+    seen_changes_ = SeenChanges(follows_leaf_ ? kKept : kPinned);
   }
 
   // Makes a new instance of candidate `i` the live one, given the tier's
@@ -655,9 +677,9 @@ class AdaptivePolicy final : public EvictionPolicy {
   // block's children as it keeps the others').
   std::array<std::unique_ptr<EvictionPolicy>, 2> priority_;
   bool follows_leaf_ = false;
-  // What of a block's flags the followed candidate reads: pinned, and for
-  // a leaf-first one whether it has children (kept as if pinned).
-  uint8_t view_ = kPinned;
+  // The changes of a block's kept flags the followed candidate sees (it
+  // reads pinned, and a leaf-first one whether it has children too).
+  uint16_t seen_changes_ = 0;
   size_t retained_ = 0;  // blocks in the priority pools
   std::vector<Slot> blocks_;
   std::vector<uint64_t> fingerprints_;  // of the tracked blocks, as inserted (they keep their keys)
@@ -668,6 +690,7 @@ class AdaptivePolicy final : public EvictionPolicy {
 
   internal::SampleIndex index_;       // the sampled keys every miniature cache holds
   std::vector<MiniCache> minis_;      // each its column of index_
+  internal::ChainSampler sampler_;    // the sampled keys of the chains Referenced
   std::vector<uint64_t> sampled_;     // Referenced's scratch
   std::vector<uint32_t> rows_;        // ... and the sampled keys' rows in index_
   std::vector<uint64_t> last_chain_;  // the last request's sampled keys

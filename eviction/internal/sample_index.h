@@ -65,6 +65,7 @@ class SampleIndex {
   void Reset() {
     table_.assign(16, Slot{});
     mask_ = table_.size() - 1;
+    shift_ = 64 - 4;
     ids_.clear();
     held_.clear();
     free_rows_.clear();
@@ -77,9 +78,10 @@ class SampleIndex {
     uint32_t row = kNoRow;  // kNoRow: empty
   };
 
-  // Sampled fingerprints share their low Mix64 bits (that is how they were
-  // sampled), so the table hashes them with another constant.
-  size_t Home(uint64_t fp) const { return Mix64(fp ^ kGoldenGamma) & mask_; }
+  // Fibonacci hashing: the top bits of fp times the golden ratio, one
+  // multiply. (The fingerprints are hashes already; sampled ones share
+  // their low Mix64 bits, not their own.)
+  size_t Home(uint64_t fp) const { return static_cast<size_t>((fp * kGoldenGamma) >> shift_); }
 
   uint32_t AddRow(uint64_t fp) {
     if ((size_ + 1) * 2 > table_.size()) Grow();
@@ -121,6 +123,7 @@ class SampleIndex {
     old.swap(table_);
     table_.assign(old.size() * 2, Slot{});
     mask_ = table_.size() - 1;
+    --shift_;
     for (const Slot& s : old) {
       if (s.row == kNoRow) continue;
       size_t i = Home(s.fp);
@@ -132,6 +135,7 @@ class SampleIndex {
   size_t columns_;
   std::vector<Slot> table_;
   size_t mask_ = 0;
+  int shift_ = 64;              // 64 - log2(table size)
   std::vector<BlockId> ids_;    // row * columns_ + column
   std::vector<uint32_t> held_;  // columns holding each row
   std::vector<uint32_t> free_rows_;
