@@ -39,6 +39,7 @@
 
 #include "common/clock.h"
 #include "common/layout.h"
+#include "common/page_allocator.h"
 #include "common/result.h"
 #include "engine/internal/chain_fingerprints.h"
 #include "engine/io_executor.h"
@@ -723,8 +724,8 @@ class CacheEngine {
   // to yet: the first AddNamespace for it sets its quantize_lower.
   std::vector<bool> ns_decided_;
   prefix_index::PrefixIndex index_;
-  size_t index_room_ = 0;      // entries the index holds at most half full (MakeIndexRoom)
-  std::vector<Block> blocks_;  // indexed by EntryId
+  size_t index_room_ = 0;     // entries the index holds at most half full (MakeIndexRoom)
+  PageVector<Block> blocks_;  // indexed by EntryId (PageAllocator: grows with the blocks)
   std::unordered_map<uint64_t, AllocationRecord> allocations_;
   std::unordered_map<uint64_t, std::vector<EntryId>> leases_;
   uint64_t next_handle_id_ = 1;
