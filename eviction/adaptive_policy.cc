@@ -148,17 +148,14 @@ class AdaptivePolicy final : public EvictionPolicy {
         clock_stamp_ >= stamp_limit_) [[unlikely]] {
       return InsertSlow(id, meta);
     }
-    Slot& s = blocks_[id];
-    assert(s.where == Where::kNone);
-    const bool sampled = Sampled(meta.fingerprint);
-    fingerprints_[id] = meta.fingerprint;
-    s.stamp = ++clock_stamp_;
-    s.priority = kDefaultPriority;
-    s.touches = 0;
-    s.flags = FlagsOf(meta) | (sampled ? kSampled : 0);
-    s.where = Where::kFollowed;
+    assert(blocks_[id].where == Where::kNone);
+    const uint64_t fp = meta.fingerprint;
+    fingerprints_[id] = fp;
+    const uint8_t sampled = Sampled(fp) ? kSampled : 0;
+    sampled_in_tier_ += sampled != 0;
     ++size_;
-    sampled_in_tier_ += sampled;
+    blocks_[id] = Slot{++clock_stamp_, kDefaultPriority, 0,
+                       static_cast<uint8_t>(FlagsOf(meta) | sampled), Where::kFollowed};
     if (live_ != nullptr) live_->Insert(id, meta);
   }
 

@@ -39,9 +39,9 @@ class ChainFingerprints {
   std::span<const uint64_t> Of(NamespaceId ns, std::span<const BlockKey> keys,
                                const Fingerprint& fingerprint) {
     if (keys.size() < kMinRemembered || keys.size() > kMaxRemembered) {
-      scratch_.resize(keys.size());
+      if (scratch_.size() < keys.size()) scratch_.resize(keys.size());  // (no zeroing per call)
       for (size_t i = 0; i < keys.size(); ++i) scratch_[i] = fingerprint(ns, keys[i]);
-      return scratch_;
+      return std::span<const uint64_t>(scratch_).first(keys.size());
     }
     // The remembered chain sharing the longest prefix with this one.
     Chain* best = nullptr;
