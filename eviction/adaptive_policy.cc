@@ -489,7 +489,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   // chain comes again with one block more (the next request of a coding
   // agent's session; where other traffic fills the tier, every candidate
   // keeps it whole and the first one starts).
-  size_t StartScoring() {
+  [[gnu::noinline]] size_t StartScoring() {
     evicting_ = true;
     for (MiniCache& m : minis_) m.hits = m.lead = 0;
     refs_ = 0;
@@ -533,7 +533,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   // min_stride, and at most one that leaves min_sample_blocks there. A
   // larger stride thins the miniature caches (each keeps its sampled keys
   // the new rate still samples, in its order).
-  void Restride() {
+  [[gnu::noinline]] void Restride() {
     next_restride_ = high_water_ * 2;
     const auto floor_div = [&](uint64_t n) {
       return std::bit_floor(std::max<uint64_t>(1, high_water_ / std::max<uint64_t>(1, n)));
@@ -618,7 +618,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   }
 
   // Makes candidate `i` the followed one, its leads restarting against it.
-  void Follow(size_t i) {
+  [[gnu::noinline]] void Follow(size_t i) {
     Build(i);
     for (MiniCache& m : minis_) m.lead = 0;
     ++switches_;
@@ -634,7 +634,7 @@ class AdaptivePolicy final : public EvictionPolicy {
 
   // Makes a new instance of candidate `i` the live one, given the tier's
   // blocks oldest first.
-  void Build(size_t i) {
+  [[gnu::noinline]] void Build(size_t i) {
     Result<std::unique_ptr<EvictionPolicy>> next = NewPolicy(options_.candidates[i], clock_);
     if (!next) return;  // cannot happen: every name was made once at the start
     order_.clear();

@@ -19,7 +19,7 @@ class LruPolicy final : public EvictionPolicy {
   std::string_view name() const override { return "lru"; }
 
   void Insert(BlockId id, const BlockMeta& meta) override {
-    if (id >= nodes_.size()) nodes_.resize(static_cast<size_t>(id) + 1);
+    if (id >= nodes_.size()) Grow(id);
     Node& n = nodes_[id];
     assert(!n.tracked);
     n.tracked = true;
@@ -66,6 +66,8 @@ class LruPolicy final : public EvictionPolicy {
   };
 
   bool Tracked(BlockId id) const { return id < nodes_.size() && nodes_[id].tracked; }
+  // (Out of line: Insert's usual case is a short function.)
+  [[gnu::noinline]] void Grow(BlockId id) { nodes_.resize(static_cast<size_t>(id) + 1); }
   void Link(BlockId id) {
     order_.PushBack(nodes_, id);
     nodes_[id].linked = true;

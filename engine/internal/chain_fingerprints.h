@@ -43,6 +43,15 @@ class ChainFingerprints {
       for (size_t i = 0; i < keys.size(); ++i) scratch_[i] = fingerprint(ns, keys[i]);
       return std::span<const uint64_t>(scratch_).first(keys.size());
     }
+    return OfRemembering(ns, keys, fingerprint);
+  }
+
+ private:
+  // (Out of line: the short chains' loop above is the hot code.)
+  template <class Fingerprint>
+  [[gnu::noinline]] std::span<const uint64_t> OfRemembering(NamespaceId ns,
+                                                            std::span<const BlockKey> keys,
+                                                            const Fingerprint& fingerprint) {
     // The remembered chain sharing the longest prefix with this one.
     Chain* best = nullptr;
     size_t shared = 0;
@@ -72,7 +81,6 @@ class ChainFingerprints {
     return std::span<const uint64_t>(best->fingerprints).first(keys.size());
   }
 
- private:
   struct Chain {
     NamespaceId ns = 0;
     std::vector<BlockKey> keys;

@@ -43,6 +43,14 @@ class ChainSampler {
       }
       return;
     }
+    SampleRemembering(chain, epoch, sampled, out);
+  }
+
+ private:
+  // (Out of line: the short chains' loop above is the hot code.)
+  template <class Sampled>
+  [[gnu::noinline]] void SampleRemembering(std::span<const uint64_t> chain, uint64_t epoch,
+                                           const Sampled& sampled, std::vector<uint64_t>* out) {
     ++clock_;
     // The remembered chain sharing the longest prefix with this one.
     Chain* best = nullptr;
@@ -86,7 +94,6 @@ class ChainSampler {
     best->sampled.insert(best->sampled.end(), fresh_.begin(), fresh_.end());
   }
 
- private:
   struct Chain {
     std::vector<uint64_t> keys;
     std::vector<uint32_t> sampled;  // positions in keys of the sampled ones
