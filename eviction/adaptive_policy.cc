@@ -105,6 +105,7 @@
 #include <vector>
 
 #include "common/hash.h"
+#include "common/page_allocator.h"
 #include "eviction/eviction_policy.h"
 #include "eviction/internal/adaptive.h"
 #include "eviction/internal/chain_sampler.h"
@@ -677,8 +678,8 @@ class AdaptivePolicy final : public EvictionPolicy {
   // reads pinned, and a leaf-first one whether it has children too).
   uint16_t seen_changes_ = 0;
   size_t retained_ = 0;  // blocks in the priority pools
-  std::vector<Slot> blocks_;
-  std::vector<uint64_t> fingerprints_;  // of the tracked blocks, as inserted (they keep their keys)
+  PageVector<Slot> blocks_;
+  PageVector<uint64_t> fingerprints_;  // of the tracked blocks, as inserted (they keep their keys)
   std::unordered_map<BlockId, TimeNs>
       expires_;  // of the blocks whose Slot::priority is not the default
   size_t size_ = 0;

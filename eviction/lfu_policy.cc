@@ -16,6 +16,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/page_allocator.h"
 #include "eviction/eviction_policy.h"
 #include "eviction/internal/indexed_heap.h"
 
@@ -142,7 +143,7 @@ class LfuPolicy final : public EvictionPolicy {
   TimeNs weight_at_;
   double weight_ = 1.0;  // 2^((weight_at_ - epoch_) / half_life_)
   uint64_t seq_ = 0;
-  std::vector<Node> nodes_;
+  PageVector<Node> nodes_;
   internal::IndexedHeap<Key> heap_;  // unpinned tracked blocks
   size_t size_ = 0;
 };

@@ -5,6 +5,7 @@
 #include <cassert>
 #include <vector>
 
+#include "common/page_allocator.h"
 #include "eviction/eviction_policy.h"
 #include "eviction/internal/id_list.h"
 
@@ -77,7 +78,7 @@ class LruPolicy final : public EvictionPolicy {
     nodes_[id].linked = false;
   }
 
-  std::vector<Node> nodes_;
+  PageVector<Node> nodes_;
   IdList order_;  // front: least recent
   size_t size_ = 0;
 };

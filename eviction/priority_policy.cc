@@ -22,6 +22,7 @@
 #include <cassert>
 #include <vector>
 
+#include "common/page_allocator.h"
 #include "eviction/eviction_policy.h"
 #include "eviction/internal/id_list.h"
 #include "eviction/internal/indexed_heap.h"
@@ -170,7 +171,7 @@ class PriorityPolicy final : public EvictionPolicy {
   }
 
   const Clock& clock_;
-  std::vector<Node> nodes_;
+  PageVector<Node> nodes_;
   std::array<IdList, kLevels> levels_;
   std::array<uint64_t, 2> nonempty_ = {0, 0};  // bit l: levels_[l] not empty
   // Linked blocks whose level falls back to the default, by expiry time.

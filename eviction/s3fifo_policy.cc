@@ -30,6 +30,7 @@
 #include <cassert>
 #include <vector>
 
+#include "common/page_allocator.h"
 #include "eviction/eviction_policy.h"
 #include "eviction/internal/id_list.h"
 
@@ -179,7 +180,7 @@ class S3FifoPolicy final : public EvictionPolicy {
 
   const double small_fraction_;
   const double ghost_fraction_;
-  std::vector<Node> nodes_;
+  PageVector<Node> nodes_;
   IdList small_;
   IdList main_;
   IdList ghost_;

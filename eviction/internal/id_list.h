@@ -25,9 +25,10 @@ class IdList {
   BlockId back() const { return tail_; }
 
   // REQUIRES: id on no list.
-  template <class Node>
-  void PushBack(std::vector<Node>& nodes, BlockId id) {
-    Node& n = nodes[id];
+  // `nodes`: a vector (of any allocator) of structs with prev and next.
+  template <class Nodes>
+  void PushBack(Nodes& nodes, BlockId id) {
+    auto& n = nodes[id];
     n.prev = tail_;
     n.next = kNil;
     if (tail_ != kNil) {
@@ -40,10 +41,10 @@ class IdList {
   }
 
   // REQUIRES: id on this list.
-  template <class Node>
-  void Remove(std::vector<Node>& nodes, BlockId id) {
+  template <class Nodes>
+  void Remove(Nodes& nodes, BlockId id) {
     assert(size_ > 0);
-    Node& n = nodes[id];
+    auto& n = nodes[id];
     if (n.prev != kNil) {
       nodes[n.prev].next = n.next;
     } else {

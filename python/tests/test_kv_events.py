@@ -352,7 +352,12 @@ def test_a_late_subscriber_replays_what_it_missed(events, ctx):
         assert c.stats()["events.replay_requests"] == 3
 
     last = live[-1].seq
-    assert live[0].seq > 3  # seq 0 and the early writes went out before it
+    # seq 0 (AllBlocksCleared) went out long before anyone listened; the early
+    # writes were published before the subscriber connected, but the
+    # publisher's thread sends them a moment later, so the last of them may
+    # still reach it live (seen in CI under load). Either way the replay has
+    # them all, after seq 0.
+    assert live[0].seq > 0
     assert [b.seq for b in live] == list(range(live[0].seq, last + 1))
     # The publisher keeps every batch (10,000 by default): all come back,
     # in order, then the end marker.
