@@ -171,6 +171,14 @@ int Run(const ReplayOptions& o) {
     live.block_bytes = o.block_bytes_given ? o.block_bytes : live.block_bytes;
     return RunLive(*trace, live);
   }
+  // An output that cannot be written fails now, not after the replay.
+  for (const std::string* path : {&o.json, &o.csv, &o.plot}) {
+    if (path->empty()) continue;
+    if (Status s = replay::CheckWritable(*path); !s.ok()) {
+      std::fprintf(stderr, "kvtier replay: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
   std::string files;
   if (o.traces.size() > 1) {
     files = "; " + std::to_string(o.traces.size()) + " files " +

@@ -1,8 +1,13 @@
 #include "replay/report.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -22,26 +27,29 @@ const SimResult* OptAt(const std::vector<SimResult>& all, uint64_t capacity) {
   return nullptr;
 }
 
-// The plain (no lookahead) LRU result of the same capacity, if any.
-const SimResult* LruAt(const std::vector<SimResult>& all, uint64_t capacity) {
+// The plain (no lookahead) run of `policy` at `capacity`, if any.
+const SimResult* PlainAt(const std::vector<SimResult>& all, const std::string& policy,
+                         uint64_t capacity) {
   for (const SimResult& r : all) {
-    if (r.policy == "lru" && !r.lookahead() && r.capacity_blocks == capacity) return &r;
+    if (r.policy == policy && !r.lookahead() && r.capacity_blocks == capacity) return &r;
   }
   return nullptr;
 }
 
-// The share of the LRU->OPT gap in block hit rate that a lookahead run
-// closes: (hit(r) - hit(lru)) / (hit(opt) - hit(lru)), with plain LRU and
-// OPT of the same capacity. None for a plain run, without both, or where
-// LRU already scores OPT (no gap to close).
+// The share of its own gap to OPT that a lookahead run's hints close, in
+// block hit rate: (hit(r) - hit(plain)) / (hit(opt) - hit(plain)), plain
+// being the same policy without hints at the same capacity. Against plain
+// LRU instead, a row of another policy would show mostly that policy's own
+// distance from LRU (lfu+1req read -0.99). None for a plain run, without
+// both, or where the plain run already scores OPT (no gap to close).
 std::optional<double> GapClosed(const std::vector<SimResult>& all, const SimResult& r) {
   if (!r.lookahead()) return std::nullopt;
-  const SimResult* lru = LruAt(all, r.capacity_blocks);
+  const SimResult* plain = PlainAt(all, r.policy, r.capacity_blocks);
   const SimResult* opt = OptAt(all, r.capacity_blocks);
-  if (lru == nullptr || opt == nullptr) return std::nullopt;
-  const double gap = opt->block_hit_rate() - lru->block_hit_rate();
+  if (plain == nullptr || opt == nullptr) return std::nullopt;
+  const double gap = opt->block_hit_rate() - plain->block_hit_rate();
   if (gap <= 1e-12) return std::nullopt;
-  return (r.block_hit_rate() - lru->block_hit_rate()) / gap;
+  return (r.block_hit_rate() - plain->block_hit_rate()) / gap;
 }
 
 bool AnyLookahead(const std::vector<SimResult>& all) {
@@ -59,14 +67,14 @@ bool AnyPerBlock(const std::vector<SimResult>& all) {
   return std::any_of(all.begin(), all.end(), [](const SimResult& r) { return r.per_block; });
 }
 
-// Share of the LRU->OPT gap closed, one row per lookahead run's label and
-// one column per capacity; empty without a lookahead run beside plain LRU
-// and OPT.
+// Share of the gap to OPT that hints close, one row per lookahead run's
+// label and one column per capacity; empty without a lookahead run beside
+// its policy's plain run and OPT.
 std::string FormatGapClosed(const std::vector<SimResult>& results) {
   std::set<uint64_t> capacities;
   std::vector<std::string> labels;
   for (const SimResult& r : results) {
-    if (!r.lookahead() || !LruAt(results, r.capacity_blocks) ||
+    if (!r.lookahead() || !PlainAt(results, r.policy, r.capacity_blocks) ||
         !OptAt(results, r.capacity_blocks)) {
       continue;
     }
@@ -81,8 +89,9 @@ std::string FormatGapClosed(const std::vector<SimResult>& results) {
   char cell[64];
   std::snprintf(cell, sizeof cell, "%-*s", width, "capacity");
   std::string out =
-      "share of the LRU->OPT gap closed by lookahead hints, in block hit rate: "
-      "(hit - hit lru) / (hit opt - hit lru); - where LRU already scores OPT\n" +
+      "share of the gap to OPT closed by lookahead hints, each run against its policy "
+      "without hints, in block hit rate: (hit - hit plain) / (hit opt - hit plain); - where "
+      "the plain run already scores OPT\n" +
       std::string(cell);
   for (uint64_t c : capacities) {
     std::snprintf(cell, sizeof cell, " %10llu", static_cast<unsigned long long>(c));
@@ -352,6 +361,15 @@ Status WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   if (!out) return IoError("cannot write " + path);
+  return Status::Ok();
+}
+
+Status CheckWritable(const std::string& path) {
+  const bool existed = ::access(path.c_str(), F_OK) == 0;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return IoError("cannot write " + path + ": " + std::strerror(errno));
+  ::close(fd);
+  if (!existed) ::unlink(path.c_str());
   return Status::Ok();
 }
 

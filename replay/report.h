@@ -16,8 +16,9 @@ namespace kvtier::replay {
 
 // Aligned table, one row per (policy, lookahead, capacity), with the gap to
 // OPT where an OPT run of the same capacity is among `results`. With
-// lookahead runs: the hint counts, and where plain LRU and OPT of the same
-// capacity ran, the share of the LRU->OPT gap each lookahead run closes.
+// lookahead runs: the hint counts, and where the same policy without hints
+// and OPT of the same capacity ran, the share of that policy's gap to OPT
+// each lookahead run closes.
 std::string FormatTable(const std::vector<SimResult>& results);
 // One header line, then one line per result. `policy` stays the policy
 // alone; with lookahead runs, the columns lookahead_requests,
@@ -33,5 +34,10 @@ std::string FormatJson(const std::vector<SimResult>& results);
 std::string FormatSvg(const std::vector<SimResult>& results, const std::string& title);
 
 Status WriteFile(const std::string& path, const std::string& text);
+
+// Whether `path` can be written, checked before a replay that may run for
+// minutes rather than after it: opens it for writing without truncating it,
+// and removes it again if this call created it.
+Status CheckWritable(const std::string& path);
 
 }  // namespace kvtier::replay

@@ -26,6 +26,35 @@ Status Bad(const std::string& path, const std::string& where, const std::string&
 Status ReadRequest(const json& j, const std::string& path, const std::string& where, bool mooncake,
                    double time_offset_s, uint32_t file, int depth, std::vector<TraceRequest>* out);
 
+// A field's value as the trace wrote it, cut short if long.
+std::string Shown(const json& v) {
+  std::string text = v.dump();
+  return text.size() <= 40 ? text : text.substr(0, 37) + "...";
+}
+
+// What a request's own fields must be, each named when it is wrong: a
+// missing one, a negative or fractional length, ids that are not a list.
+Status CheckFields(const json& j, const std::string& path, const std::string& where, const char* t,
+                   const char* in) {
+  const auto missing = [&](const char* field) {
+    return Bad(path, where,
+               std::string("a request needs ") + t + ", " + in + " and hash_ids; " + field +
+                   " is missing");
+  };
+  if (!j.contains(t)) return missing(t);
+  if (!j.contains(in)) return missing(in);
+  if (!j.contains("hash_ids")) return missing("hash_ids");
+  if (!j[t].is_number()) {
+    return Bad(path, where, std::string(t) + " is " + Shown(j[t]) + ", not a number");
+  }
+  if (!j[in].is_number_unsigned()) {
+    return Bad(path, where,
+               std::string(in) + " is " + Shown(j[in]) + ", not a non-negative integer");
+  }
+  if (!j["hash_ids"].is_array()) return Bad(path, where, "hash_ids is not a list");
+  return Status::Ok();
+}
+
 // A sub-agent's conversation: kv-cache-tester requests sharing the file's id
 // space, their times relative to `start_s`.
 Status ReadSubAgent(const json& requests, const std::string& path, const std::string& where,
@@ -61,10 +90,7 @@ Status ReadRequest(const json& j, const std::string& path, const std::string& wh
   const char* t = mooncake ? "timestamp" : "t";
   const char* in = mooncake ? "input_length" : "in";
   const char* outk = mooncake ? "output_length" : "out";
-  if (!j.contains(t) || !j[t].is_number() || !j.contains(in) || !j[in].is_number_unsigned() ||
-      !j.contains("hash_ids") || !j["hash_ids"].is_array()) {
-    return Bad(path, where, std::string("a request needs ") + t + ", " + in + " and hash_ids");
-  }
+  if (Status s = CheckFields(j, path, where, t, in); !s.ok()) return s;
   // Mooncake timestamps are milliseconds; kv-cache-tester's seconds.
   r.time_s = time_offset_s + j[t].get<double>() / (mooncake ? 1000.0 : 1.0);
   if (!(std::abs(r.time_s) <= kMaxAbsTimeS)) {

@@ -104,7 +104,7 @@ TEST(ReplayFlagsTest, BadLookaheadFlagsAreRefusedBeforeTheTraceIsRead) {
 }
 
 // A lookahead sweep: one run per (policy, capacity, lookahead), opt once,
-// labelled beside the policy, with the share of the LRU->OPT gap closed.
+// labelled beside the policy, with the share of the gap to OPT closed.
 TEST(ReplayFlagsTest, LookaheadRunsAreLabelledAndMeasuredAgainstTheGap) {
   const std::string trace = KVTIER_TEST_DATA_DIR "/kv-cache-tester/trace_0180.json";
   const std::string csv = ::testing::TempDir() + "/lookahead.csv";
@@ -113,7 +113,8 @@ TEST(ReplayFlagsTest, LookaheadRunsAreLabelledAndMeasuredAgainstTheGap) {
       " --policies lru,opt --capacity-blocks 100,1000 --lookahead-requests 0,10 --csv " + csv);
   EXPECT_EQ(status, 0) << text;
   EXPECT_NE(text.find("lru+10req"), std::string::npos) << text;
-  EXPECT_NE(text.find("share of the LRU->OPT gap closed"), std::string::npos) << text;
+  EXPECT_NE(text.find("share of the gap to OPT closed by lookahead hints"), std::string::npos)
+      << text;
   const auto [cat_status, table] = Shell("cat " + csv);
   EXPECT_NE(table.find(",gap_closed\n"), std::string::npos) << table;
   size_t rows = 0;

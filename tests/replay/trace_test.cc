@@ -126,6 +126,31 @@ TEST_F(TraceTest, MalformedInputIsAClearError) {
   EXPECT_FALSE(ReadTraces(mixed).ok());
 }
 
+// Each wrong field is named with what it holds: a negative input_length once
+// read "a request needs timestamp, input_length and hash_ids", all three there.
+TEST_F(TraceTest, AWrongFieldIsNamedWithItsValue) {
+  const auto message = [&](const std::string& line) {
+    auto t = ReadTraces(std::vector<std::string>{Write("f.jsonl", line + "\n")});
+    EXPECT_FALSE(t.ok()) << line;
+    return t.ok() ? std::string() : std::string(t.status().message());
+  };
+  EXPECT_EQ(message(R"({"timestamp": 0, "input_length": -512, "hash_ids": [1]})"),
+            dir_ / "f.jsonl" + ":1: input_length is -512, not a non-negative integer");
+  EXPECT_NE(message(R"({"timestamp": 0, "input_length": 1.5, "hash_ids": [1]})")
+                .find("input_length is 1.5, not a non-negative integer"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"timestamp": "x", "input_length": 1, "hash_ids": [1]})")
+                .find("timestamp is \"x\", not a number"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"timestamp": 0, "input_length": 1, "hash_ids": 7})")
+                .find("hash_ids is not a list"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"timestamp": 0, "hash_ids": [1]})")
+                .find("a request needs timestamp, input_length and hash_ids; input_length is "
+                      "missing"),
+            std::string::npos);
+}
+
 // Inputs that used to read into a trace its users cannot handle, or crash
 // the reader; fuzz/corpus/trace/regress-* hold them for trace_fuzzer too.
 TEST_F(TraceTest, HostileInputIsAClearErrorNamingTheFile) {
