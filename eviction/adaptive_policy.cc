@@ -267,6 +267,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     for (MiniCache& m : minis_) {
       m.last = static_cast<double>(m.Request(sampled_, rows_, capacity));
       m.hits += m.last;
+      m.all_hits += m.last;
     }
     const double followed = minis_[followed_index_].last;
     for (MiniCache& m : minis_) m.lead += m.last - followed;
@@ -281,6 +282,7 @@ class AdaptivePolicy final : public EvictionPolicy {
       CandidateReport c;
       c.name = std::string(minis_[i].name());
       c.sampled_hit_rate = refs_ > 0 ? minis_[i].hits / refs_ : 0;
+      c.overall_sampled_hit_rate = all_refs_ > 0 ? minis_[i].all_hits / all_refs_ : 0;
       c.followed = i == followed_index_;
       r.candidates.push_back(std::move(c));
     }
@@ -547,9 +549,11 @@ class AdaptivePolicy final : public EvictionPolicy {
     for (MiniCache& m : minis_) {
       m.Thin([this](uint64_t fp) { return Sampled(fp); });
       m.hits *= kept;
+      m.all_hits *= kept;
       m.lead *= kept;
     }
     refs_ *= kept;
+    all_refs_ *= kept;
     sampled_in_tier_ = 0;
     for (BlockId id = 0; id < blocks_.size(); ++id) {
       Slot& b = blocks_[id];
@@ -564,6 +568,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   // and now and then reconsiders which candidate to follow.
   void Decay(size_t n) {
     sampled_refs_ += n;
+    all_refs_ += static_cast<double>(n);
     const double half_life = std::clamp(
         8.0 * static_cast<double>(std::max<size_t>(1, high_water_ / stride_)), 1024.0, 1048576.0);
     const double keep = std::exp2(-static_cast<double>(n) / half_life);
@@ -702,6 +707,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   size_t leader_ = 0;             // the candidate that led at the last decisions
   uint32_t streak_ = 0;           // decisions in a row it led the followed one by margin
   double refs_ = 0;               // decayed count of sampled references
+  double all_refs_ = 0;           // since the start, scaled at each restride
   bool evicting_ = false;         // the tier has named a victim
   bool victims_demoted_ = false;  // SetVictimsDemoted
 };

@@ -64,6 +64,9 @@ struct CandidateReport {
   // Hits over references to the sampled keys in the candidate's miniature
   // cache, recent ones weighing most (an exponential moving average).
   double sampled_hit_rate = 0;
+  // The same over every sampled reference since the policy began, nothing
+  // decayed or restarted: comparable with the hit rate a replay reports.
+  double overall_sampled_hit_rate = 0;
   bool followed = false;
 };
 

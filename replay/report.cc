@@ -162,10 +162,12 @@ std::string FormatTable(const std::vector<SimResult>& results) {
     std::string rates;
     for (const eviction::CandidateReport& c : r.adaptive->candidates) {
       if (c.followed) out += c.name;
-      rates += (rates.empty() ? "" : ", ") + c.name + Fmt(" %.3f", c.sampled_hit_rate);
+      rates += (rates.empty() ? "" : ", ") + c.name + Fmt(" %.3f", c.overall_sampled_hit_rate) +
+               Fmt(" (recent %.3f)", c.sampled_hit_rate);
     }
-    out += " after " + std::to_string(r.adaptive->switches) + " switches; sampled hit rates " +
-           rates + " (1 key in " + std::to_string(r.adaptive->sample_stride) + ")\n";
+    out += " after " + std::to_string(r.adaptive->switches) +
+           " switches; sampled hit rates over the replay " + rates + " (1 key in " +
+           std::to_string(r.adaptive->sample_stride) + ")\n";
   }
   out += FormatGapClosed(results);
   return out;
@@ -247,11 +249,14 @@ std::string FormatJson(const std::vector<SimResult>& results) {
                         {"refs_per_second", r.refs_per_second()}};
     if (r.adaptive) {
       nlohmann::json candidates = nlohmann::json::object();
+      nlohmann::json recent = nlohmann::json::object();
       for (const eviction::CandidateReport& c : r.adaptive->candidates) {
-        candidates[c.name] = c.sampled_hit_rate;
+        candidates[c.name] = c.overall_sampled_hit_rate;
+        recent[c.name] = c.sampled_hit_rate;
         if (c.followed) j["adaptive_follows"] = c.name;
       }
       j["adaptive_sampled_hit_rates"] = std::move(candidates);
+      j["adaptive_recent_sampled_hit_rates"] = std::move(recent);
       j["adaptive_switches"] = r.adaptive->switches;
     }
     if (lookahead) {

@@ -126,8 +126,9 @@ class MiniCache {
     if (id != kNoBlock) Remove(id);
   }
 
-  double hits = 0;  // decayed (AdaptivePolicy::Decay)
-  double last = 0;  // hits of the last request
+  double hits = 0;      // decayed (AdaptivePolicy::Decay)
+  double all_hits = 0;  // since the start, scaled with the rate as hits
+  double last = 0;      // hits of the last request
   // Hits more than the followed candidate's since it was chosen (decayed).
   double lead = 0;
 

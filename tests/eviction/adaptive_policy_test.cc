@@ -183,6 +183,7 @@ TEST(AdaptivePolicyTest, RenumberedStampsKeepEveryDecision) {
   for (size_t i = 0; i < a.candidates.size(); ++i) {
     EXPECT_EQ(a.candidates[i].followed, b.candidates[i].followed);
     EXPECT_EQ(a.candidates[i].sampled_hit_rate, b.candidates[i].sampled_hit_rate);
+    EXPECT_EQ(a.candidates[i].overall_sampled_hit_rate, b.candidates[i].overall_sampled_hit_rate);
   }
 }
 
