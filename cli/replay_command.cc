@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/replay_live.h"
+#include "common/units.h"
 #include "eviction/eviction_policy.h"
 #include "replay/report.h"
 #include "replay/simulator.h"
@@ -187,9 +188,12 @@ int Run(const ReplayOptions& o) {
   if (quantize != Quantize::kOff) {
     files += "; ssd blocks kept in " + std::string(QuantizeName(quantize)) + " (opt without it)";
   }
-  std::fprintf(stderr, "replaying %zu requests, %llu block references (%u tokens/block%s)\n",
+  std::fprintf(stderr,
+               "replaying %zu requests, %llu block references, %zu distinct blocks (%u "
+               "tokens/block%s; the trace holds %s)\n",
                trace->requests.size(), static_cast<unsigned long long>(trace->block_refs),
-               trace->block_tokens, files.c_str());
+               trace->blocks.size(), trace->block_tokens, files.c_str(),
+               FormatBytes(trace->MemoryBytes()).c_str());
   std::vector<replay::SimResult> results;
   int failed = 0;
   for (const std::string& policy : sweep->policies) {

@@ -68,7 +68,9 @@ int RunLive(const replay::Trace& trace, const LiveOptions& o) {
                                                 std::chrono::duration<double>(r.time_s)));
     }
     keys.clear();
-    for (uint64_t id : r.ids) keys.push_back(client::BlockKey{uint64_t{r.file} + 1, id});
+    for (uint32_t b : r.blocks) {
+      keys.push_back(client::BlockKey{uint64_t{trace.blocks[b].file} + 1, trace.blocks[b].id});
+    }
     refs += keys.size();
     // The daemon caps keys per request; long prompts are looked up in part.
     const auto span = std::span(keys).first(std::min<size_t>(keys.size(), cl.session().max_keys));

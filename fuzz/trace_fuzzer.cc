@@ -25,7 +25,11 @@ void CheckTrace(const Trace& t, uint32_t files) {
     KVTIER_FUZZ_CHECK(std::isfinite(r.time_s));
     KVTIER_FUZZ_CHECK(i == 0 || t.requests[i - 1].time_s <= r.time_s);
     KVTIER_FUZZ_CHECK(r.file < files);
-    refs += r.ids.size();
+    refs += r.blocks.size();
+    for (uint32_t b : r.blocks) {
+      KVTIER_FUZZ_CHECK(b < t.blocks.size());
+      KVTIER_FUZZ_CHECK(t.blocks[b].file == r.file);
+    }
   }
   KVTIER_FUZZ_CHECK(refs == t.block_refs);
 }

@@ -21,7 +21,16 @@ using tiers::TierKind;
 // tokens fits one page.)
 constexpr uint64_t kSlot = tiers::kSlotPageBytes;
 
-BlockKey KeyOf(uint32_t file, uint64_t id) { return BlockKey{uint64_t{file} + 1, id}; }
+// The key of block number `b`: its file and id as the trace named them, so
+// that a replay's keys (and what the policies sample of them) do not depend
+// on the order blocks were numbered in.
+BlockKey KeyOf(const Trace& trace, uint32_t b) {
+  const TraceBlock& tb = trace.blocks[b];
+  return BlockKey{uint64_t{tb.file} + 1, tb.id};
+}
+
+// "Never used again" in a next-use position.
+constexpr uint32_t kNever = UINT32_MAX;
 
 // The simulating thread's CPU time: what a run costs, without the time the
 // machine gave to others (on a shared machine a third of the wall time can
@@ -34,26 +43,25 @@ double Now() {
 
 void Account(const TraceRequest& r, uint64_t hits, uint32_t block_tokens, SimResult* out) {
   ++out->requests;
-  out->block_refs += r.ids.size();
+  out->block_refs += r.blocks.size();
   out->block_hits += hits;
   out->input_tokens += r.input_tokens;
   out->hit_tokens += std::min(hits * block_tokens, r.input_tokens);
 }
 
-// The positions of each reference's next use (max: never), positions
-// counting block references across the trace.
-std::vector<uint64_t> NextUses(const Trace& trace) {
-  std::vector<uint64_t> next_use(trace.block_refs);
-  std::unordered_map<BlockKey, uint64_t, prefix_index::BlockKeyHash> later;
-  later.reserve(trace.block_refs);
-  uint64_t pos = trace.block_refs;
+// The positions of each reference's next use (kNever: never), positions
+// counting block references across the trace: 4 bytes a reference, and 4 a
+// distinct block while it runs. (Simulate refuses traces of 2^32 - 1
+// references or more.)
+std::vector<uint32_t> NextUses(const Trace& trace) {
+  std::vector<uint32_t> next_use(trace.block_refs);
+  std::vector<uint32_t> later(trace.blocks.size(), kNever);
+  auto pos = static_cast<uint32_t>(trace.block_refs);
   for (auto r = trace.requests.rbegin(); r != trace.requests.rend(); ++r) {
-    for (auto id = r->ids.rbegin(); id != r->ids.rend(); ++id) {
+    for (auto b = r->blocks.rbegin(); b != r->blocks.rend(); ++b) {
       --pos;
-      const BlockKey k = KeyOf(r->file, *id);
-      auto it = later.find(k);
-      next_use[pos] = it == later.end() ? std::numeric_limits<uint64_t>::max() : it->second;
-      later[k] = pos;
+      next_use[pos] = later[*b];
+      later[*b] = pos;
     }
   }
   return next_use;
@@ -112,7 +120,7 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
       for (; hinted < n && enters(hinted); ++hinted) {
         const TraceRequest& q = trace.requests[hinted];
         queued.clear();
-        for (uint64_t id : q.ids) queued.push_back(KeyOf(q.file, id));
+        for (uint32_t b : q.blocks) queued.push_back(KeyOf(trace, b));
         // Never expiring (far past any clock), ordered by queue position:
         // when hints must yield, the requests furthest back yield first.
         const TimeNs due = eviction::kNoExpiry / 2 + static_cast<TimeNs>(hinted);
@@ -120,7 +128,7 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
       }
     }
     keys.clear();
-    for (uint64_t id : r.ids) keys.push_back(KeyOf(r.file, id));
+    for (uint32_t b : r.blocks) keys.push_back(KeyOf(trace, b));
     KVTIER_ASSIGN_OR_RETURN(const engine::LookupResult found, e.Lookup(ns, keys));
     for (TierKind t : found.tiers) ++out.hits_per_tier[static_cast<size_t>(t)];
     // A hit is read (promoted into the host, as a worker's ACQUIRE would);
@@ -172,40 +180,45 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
 // the engine.
 Result<SimResult> SimulateOpt(const Trace& trace, const SimConfig& c, const ProgressFn& progress) {
   const double start = Now();  // refs/s counts the next-use pass too
-  const std::vector<uint64_t> next_use = NextUses(trace);
+  const std::vector<uint32_t> next_use = NextUses(trace);
   // One pool as large as all the tiers together: the bound for any split.
   const uint64_t pool = c.device_blocks + c.host_blocks + c.ssd_blocks;
-  std::unordered_map<BlockKey, uint64_t, prefix_index::BlockKeyHash> cached;  // key -> next use
-  std::set<std::pair<uint64_t, BlockKey>> by_next;                            // furthest last
-  cached.reserve(pool * 2);
+  // By block number: its next use while cached, kAbsent while not (4 bytes
+  // a distinct block); the cached ones by next use, furthest last (bounded
+  // by the pool). Ties are the blocks never used again: which of them goes
+  // changes no hit.
+  constexpr uint32_t kAbsent = kNever - 1;  // (a position is below it: refs < 2^32 - 1)
+  std::vector<uint32_t> cached(trace.blocks.size(), kAbsent);
+  std::set<std::pair<uint32_t, uint32_t>> by_next;
+  uint64_t held = 0;
   SimResult out;
   const uint64_t every = std::max<uint64_t>(1, trace.requests.size() / 100);
   uint64_t pos = 0;
   for (const TraceRequest& r : trace.requests) {
     uint64_t hits = 0;
     bool leading = true;
-    for (uint64_t id : r.ids) {
-      const BlockKey k = KeyOf(r.file, id);
-      const uint64_t next = next_use[pos++];
-      auto it = cached.find(k);
-      if (it != cached.end()) {
+    for (uint32_t b : r.blocks) {
+      const uint32_t next = next_use[pos++];
+      if (cached[b] != kAbsent) {
         if (leading) ++hits;
-        by_next.erase({it->second, k});
-        it->second = next;
-        by_next.insert({next, k});
+        by_next.erase({cached[b], b});
+        cached[b] = next;
+        by_next.insert({next, b});
         continue;
       }
       leading = false;
       if (pool == 0) continue;
-      if (cached.size() == pool) {
+      if (held == pool) {
         // Keep the new block only if it is needed sooner than the furthest.
         auto furthest = std::prev(by_next.end());
         if (furthest->first <= next) continue;
-        cached.erase(furthest->second);
+        cached[furthest->second] = kAbsent;
         by_next.erase(furthest);
+        --held;
       }
-      cached.emplace(k, next);
-      by_next.insert({next, k});
+      cached[b] = next;
+      by_next.insert({next, b});
+      ++held;
     }
     Account(r, hits, trace.block_tokens, &out);
     if (progress && out.requests % every == 0) progress(out.requests, trace.requests.size());
@@ -223,29 +236,31 @@ Result<uint64_t> PerBlockHits(const Trace& trace, const std::string& policy, uin
   if (pool == 0) return uint64_t{0};
   uint64_t hits = 0;
   if (policy == "opt") {
-    const std::vector<uint64_t> next_use = NextUses(trace);
-    std::unordered_map<BlockKey, uint64_t, prefix_index::BlockKeyHash> cached;  // -> next use
-    std::set<std::pair<uint64_t, BlockKey>> by_next;
+    const std::vector<uint32_t> next_use = NextUses(trace);
+    constexpr uint32_t kAbsent = kNever - 1;
+    std::vector<uint32_t> cached(trace.blocks.size(), kAbsent);  // -> next use
+    std::set<std::pair<uint32_t, uint32_t>> by_next;
+    uint64_t held = 0;
     uint64_t pos = 0;
     for (const TraceRequest& r : trace.requests) {
-      for (uint64_t id : r.ids) {
-        const BlockKey k = KeyOf(r.file, id);
-        const uint64_t next = next_use[pos++];
-        auto it = cached.find(k);
-        if (it != cached.end()) {
+      for (uint32_t b : r.blocks) {
+        const uint32_t next = next_use[pos++];
+        if (cached[b] != kAbsent) {
           ++hits;
-          by_next.erase({it->second, k});
-          it->second = next;
-          by_next.insert({next, k});
+          by_next.erase({cached[b], b});
+          cached[b] = next;
+          by_next.insert({next, b});
           continue;
         }
-        if (cached.size() == pool) {
+        if (held == pool) {
           auto furthest = std::prev(by_next.end());
-          cached.erase(furthest->second);
+          cached[furthest->second] = kAbsent;
           by_next.erase(furthest);
+          --held;
         }
-        cached.emplace(k, next);
-        by_next.insert({next, k});
+        cached[b] = next;
+        by_next.insert({next, b});
+        ++held;
       }
     }
     return hits;
@@ -258,8 +273,8 @@ Result<uint64_t> PerBlockHits(const Trace& trace, const std::string& policy, uin
   std::vector<eviction::BlockId> free;
   eviction::BlockMeta meta;
   for (const TraceRequest& r : trace.requests) {
-    for (uint64_t id : r.ids) {
-      const BlockKey k = KeyOf(r.file, id);
+    for (uint32_t b : r.blocks) {
+      const BlockKey k = KeyOf(trace, b);
       meta.fingerprint = prefix_index::BlockKeyHash{}(k);
       auto it = ids.find(k);
       if (it != ids.end()) {
@@ -308,6 +323,10 @@ Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
   if (trace.block_tokens == 0 || trace.block_tokens > 1024) {
     return InvalidArgumentError("block size of " + std::to_string(trace.block_tokens) +
                                 " tokens is not simulated (1-1024)");
+  }
+  if (trace.block_refs >= kNever - 1) {
+    return InvalidArgumentError("a trace of " + std::to_string(trace.block_refs) +
+                                " block references: at most 2^32 - 3 are replayed");
   }
   if (!std::isfinite(config.lookahead_seconds) || config.lookahead_seconds < 0) {
     return InvalidArgumentError("lookahead of " + std::to_string(config.lookahead_seconds) +

@@ -5,7 +5,9 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <string_view>
+
+#include "common/hash.h"
 
 namespace kvtier::replay {
 namespace {
@@ -24,7 +26,7 @@ Status Bad(const std::string& path, const std::string& where, const std::string&
 }
 
 Status ReadRequest(const json& j, const std::string& path, const std::string& where, bool mooncake,
-                   double time_offset_s, uint32_t file, int depth, std::vector<TraceRequest>* out);
+                   double time_offset_s, uint32_t file, int depth, TraceBuilder* out);
 
 // A field's value as the trace wrote it, cut short if long.
 std::string Shown(const json& v) {
@@ -58,7 +60,7 @@ Status CheckFields(const json& j, const std::string& path, const std::string& wh
 // A sub-agent's conversation: kv-cache-tester requests sharing the file's id
 // space, their times relative to `start_s`.
 Status ReadSubAgent(const json& requests, const std::string& path, const std::string& where,
-                    double start_s, uint32_t file, int depth, std::vector<TraceRequest>* out) {
+                    double start_s, uint32_t file, int depth, TraceBuilder* out) {
   for (size_t i = 0; i < requests.size(); ++i) {
     KVTIER_RETURN_IF_ERROR(ReadRequest(requests[i], path,
                                        where + "/requests[" + std::to_string(i) + "]", false,
@@ -69,7 +71,7 @@ Status ReadSubAgent(const json& requests, const std::string& path, const std::st
 
 // Reads a request object of either format's field names.
 Status ReadRequest(const json& j, const std::string& path, const std::string& where, bool mooncake,
-                   double time_offset_s, uint32_t file, int depth, std::vector<TraceRequest>* out) {
+                   double time_offset_s, uint32_t file, int depth, TraceBuilder* out) {
   if (!j.is_object()) return Bad(path, where, "a request is not an object");
   if (depth > kMaxSubAgentDepth) {
     return Bad(path, where,
@@ -98,26 +100,38 @@ Status ReadRequest(const json& j, const std::string& path, const std::string& wh
   }
   r.input_tokens = j[in].get<uint64_t>();
   if (j.contains(outk) && j[outk].is_number_unsigned()) r.output_tokens = j[outk].get<uint64_t>();
-  r.ids.reserve(j["hash_ids"].size());
+  std::vector<uint64_t> ids;
+  ids.reserve(j["hash_ids"].size());
   for (const json& id : j["hash_ids"]) {
     if (!id.is_number_unsigned()) return Bad(path, where, "hash_ids must be non-negative integers");
-    r.ids.push_back(id.get<uint64_t>());
+    ids.push_back(id.get<uint64_t>());
   }
-  out->push_back(std::move(r));
+  const double time_s = r.time_s;
+  if (Status s = out->Add(std::move(r), ids); !s.ok()) {
+    return Bad(path, where, std::string(s.message()));
+  }
   // A request that spawned a sub-agent carries its conversation, timed from
   // the request.
   if (j.contains("requests") && j["requests"].is_array()) {
-    return ReadSubAgent(j["requests"], path, where, out->back().time_s, file, depth, out);
+    return ReadSubAgent(j["requests"], path, where, time_s, file, depth, out);
   }
   return Status::Ok();
 }
 
-Status ReadFile(const std::string& path, uint32_t file, Trace* trace) {
-  std::ifstream in(path);
+// The whole file, read once into one string.
+Result<std::string> Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return NotFoundError("cannot open trace " + path);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string text = buf.str();
+  const std::streamoff size = in.tellg();
+  if (size < 0) return IoError("cannot read trace " + path);
+  std::string text(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(text.data(), size)) return IoError("cannot read trace " + path);
+  return text;
+}
+
+Status ReadFile(const std::string& path, uint32_t file, Trace* trace, TraceBuilder* out) {
+  KVTIER_ASSIGN_OR_RETURN(std::string text, Slurp(path));
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos) return Bad(path, "", "empty trace");
 
@@ -138,9 +152,8 @@ Status ReadFile(const std::string& path, uint32_t file, Trace* trace) {
     }
     trace->block_tokens = block;
     for (size_t i = 0; i < doc["requests"].size(); ++i) {
-      KVTIER_RETURN_IF_ERROR(ReadRequest(doc["requests"][i], path,
-                                         "requests[" + std::to_string(i) + "]", false, 0, file, 0,
-                                         &trace->requests));
+      KVTIER_RETURN_IF_ERROR(ReadRequest(
+          doc["requests"][i], path, "requests[" + std::to_string(i) + "]", false, 0, file, 0, out));
     }
     return Status::Ok();
   }
@@ -152,14 +165,18 @@ Status ReadFile(const std::string& path, uint32_t file, Trace* trace) {
                    std::to_string(trace->block_tokens));
   }
   trace->block_tokens = kMooncakeBlockTokens;
-  std::istringstream lines(text);
-  std::string line;
-  for (size_t n = 1; std::getline(lines, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json j = json::parse(line, nullptr, false);
+  doc = json();  // (the failed parse's)
+  const std::string_view all = text;
+  size_t n = 0;
+  for (size_t at = 0; at < all.size();) {
+    const size_t end = std::min(all.find('\n', at), all.size());
+    const std::string_view line = all.substr(at, end - at);
+    at = end + 1;
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    json j = json::parse(line.begin(), line.end(), nullptr, false);
     if (j.is_discarded()) return Bad(path, std::to_string(n), "not JSON");
-    KVTIER_RETURN_IF_ERROR(
-        ReadRequest(j, path, std::to_string(n), true, 0, file, 0, &trace->requests));
+    KVTIER_RETURN_IF_ERROR(ReadRequest(j, path, std::to_string(n), true, 0, file, 0, out));
   }
   return Status::Ok();
 }
@@ -169,11 +186,12 @@ Status ReadFile(const std::string& path, uint32_t file, Trace* trace) {
 Result<Trace> ReadTraces(std::span<const std::string> paths, Combine combine) {
   if (paths.empty()) return InvalidArgumentError("no trace files");
   Trace trace;
+  TraceBuilder builder(&trace);
   try {
     double end_s = 0;  // kConcat: where the files read so far ended
     for (size_t f = 0; f < paths.size(); ++f) {
       const size_t first = trace.requests.size();
-      KVTIER_RETURN_IF_ERROR(ReadFile(paths[f], static_cast<uint32_t>(f), &trace));
+      KVTIER_RETURN_IF_ERROR(ReadFile(paths[f], static_cast<uint32_t>(f), &trace, &builder));
       if (combine != Combine::kConcat || first == trace.requests.size()) continue;
       auto [lo, hi] = std::minmax_element(
           trace.requests.begin() + static_cast<std::ptrdiff_t>(first), trace.requests.end(),
@@ -196,8 +214,81 @@ Result<Trace> ReadTraces(std::span<const std::string> paths, Combine combine) {
   std::stable_sort(
       trace.requests.begin(), trace.requests.end(),
       [](const TraceRequest& a, const TraceRequest& b) { return a.time_s < b.time_s; });
-  for (const TraceRequest& r : trace.requests) trace.block_refs += r.ids.size();
   return trace;
+}
+
+std::vector<uint64_t> Trace::IdsOf(const TraceRequest& r) const {
+  std::vector<uint64_t> ids;
+  ids.reserve(r.blocks.size());
+  for (uint32_t b : r.blocks) ids.push_back(blocks[b].id);
+  return ids;
+}
+
+uint64_t Trace::MemoryBytes() const {
+  uint64_t bytes =
+      requests.capacity() * sizeof(TraceRequest) + blocks.capacity() * sizeof(TraceBlock);
+  for (const TraceRequest& r : requests) bytes += r.blocks.capacity() * sizeof(uint32_t);
+  return bytes;
+}
+
+// An open-addressing table of block numbers, hashed by (file, id) and
+// compared through the trace's blocks: 4 bytes a slot, at most half full
+// (8 to 16 bytes a distinct block while the trace is read).
+struct TraceBuilder::Numbers {
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+  std::vector<uint32_t> slots = std::vector<uint32_t>(1024, kEmpty);
+
+  static uint64_t Hash(uint32_t file, uint64_t id) { return Mix64(id ^ Mix64(uint64_t{file} + 1)); }
+
+  // The slot holding (file, id), or the empty one where it would go.
+  size_t Find(const std::vector<TraceBlock>& blocks, uint32_t file, uint64_t id) const {
+    const size_t mask = slots.size() - 1;
+    for (size_t i = Hash(file, id) & mask;; i = (i + 1) & mask) {
+      const uint32_t b = slots[i];
+      if (b == kEmpty || (blocks[b].id == id && blocks[b].file == file)) return i;
+    }
+  }
+
+  void Grow(const std::vector<TraceBlock>& blocks) {
+    std::vector<uint32_t> old(slots.size() * 2, kEmpty);
+    old.swap(slots);
+    for (uint32_t b : old) {
+      if (b != kEmpty) slots[Find(blocks, blocks[b].file, blocks[b].id)] = b;
+    }
+  }
+};
+
+TraceBuilder::TraceBuilder(Trace* trace) : trace_(trace), numbers_(std::make_unique<Numbers>()) {
+  for (uint32_t b = 0; b < trace_->blocks.size(); ++b) {
+    if (2 * (static_cast<size_t>(b) + 1) > numbers_->slots.size()) numbers_->Grow(trace_->blocks);
+    const TraceBlock& tb = trace_->blocks[b];
+    numbers_->slots[numbers_->Find(trace_->blocks, tb.file, tb.id)] = b;
+  }
+}
+
+TraceBuilder::~TraceBuilder() = default;
+
+Status TraceBuilder::Add(TraceRequest r, std::span<const uint64_t> ids) {
+  std::vector<TraceBlock>& blocks = trace_->blocks;
+  r.blocks.clear();
+  r.blocks.reserve(ids.size());
+  for (uint64_t id : ids) {
+    size_t slot = numbers_->Find(blocks, r.file, id);
+    uint32_t b = numbers_->slots[slot];
+    if (b == Numbers::kEmpty) {
+      if (blocks.size() >= Numbers::kEmpty) {
+        return InvalidArgumentError("more than 2^32 - 1 distinct blocks");
+      }
+      b = static_cast<uint32_t>(blocks.size());
+      blocks.push_back(TraceBlock{r.file, id});
+      numbers_->slots[slot] = b;
+      if (2 * blocks.size() > numbers_->slots.size()) numbers_->Grow(blocks);
+    }
+    r.blocks.push_back(b);
+  }
+  trace_->block_refs += r.blocks.size();
+  trace_->requests.push_back(std::move(r));
+  return Status::Ok();
 }
 
 }  // namespace kvtier::replay

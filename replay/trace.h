@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,14 +19,49 @@ struct TraceRequest {
   double time_s = 0;  // since the trace's start; finite, within +-1e9 s
   uint64_t input_tokens = 0;
   uint64_t output_tokens = 0;
-  uint32_t file = 0;          // which input file (the id namespace)
-  std::vector<uint64_t> ids;  // the request's full blocks, prefix-chained
+  uint32_t file = 0;             // which input file (the id namespace)
+  std::vector<uint32_t> blocks;  // the request's full blocks, prefix-chained: Trace::blocks numbers
 };
 
+// A block as the trace named it: the id, in its file's id space.
+struct TraceBlock {
+  uint32_t file = 0;
+  uint64_t id = 0;
+  bool operator==(const TraceBlock&) const = default;
+};
+
+// What a trace costs to hold: 4 bytes a block reference (its number) and 16
+// a distinct block (its file and id), plus the requests' own few dozen
+// bytes; a replay adds its policy's and OPT's per-block state.
 struct Trace {
   uint32_t block_tokens = 0;           // > 0 in every trace ReadTraces returns
   std::vector<TraceRequest> requests;  // in time order
-  uint64_t block_refs = 0;             // Σ ids over requests
+  std::vector<TraceBlock> blocks;      // by number, in order of first appearance
+  uint64_t block_refs = 0;             // Σ blocks over requests
+
+  // The ids `r` names, as the trace wrote them.
+  std::vector<uint64_t> IdsOf(const TraceRequest& r) const;
+  // Bytes the trace holds in memory (the vectors' capacity).
+  uint64_t MemoryBytes() const;
+};
+
+// Numbers the blocks of a trace being built as they first appear, (file,
+// id) -> number; at most 2^32 - 1 distinct blocks.
+class TraceBuilder {
+ public:
+  explicit TraceBuilder(Trace* trace);
+  ~TraceBuilder();
+  TraceBuilder(const TraceBuilder&) = delete;
+  TraceBuilder& operator=(const TraceBuilder&) = delete;
+
+  // Appends `r` (its blocks replaced by those of `ids`, in file r.file) to
+  // the trace's requests, in the order given (ReadTraces sorts by time).
+  Status Add(TraceRequest r, std::span<const uint64_t> ids);
+
+ private:
+  struct Numbers;
+  Trace* trace_;
+  std::unique_ptr<Numbers> numbers_;
 };
 
 // How the requests of several files come together. Each file keeps its own

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "replay/simulator.h"
+#include "support/trace_util.h"
 
 namespace kvtier::replay {
 namespace {
@@ -20,16 +21,16 @@ namespace {
 // Coding-agent sessions: each request resends its session's whole history
 // and adds a few blocks; sessions take turns. Plain LRU evicts the middle of
 // live histories, losing everything after; leaf-first keeps them whole.
-void AgentSessions(Trace* t, uint64_t first_id, int sessions, int turns, uint32_t seed) {
+void AgentSessions(Trace* t, uint32_t first_id, int sessions, int turns, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<std::vector<uint64_t>> history(static_cast<size_t>(sessions));
-  uint64_t next = first_id;
+  std::vector<std::vector<uint32_t>> history(static_cast<size_t>(sessions));
+  uint32_t next = first_id;
   for (int turn = 0; turn < turns; ++turn) {
     for (auto& h : history) {
       const int add = 4 + static_cast<int>(rng() % 8);
       for (int i = 0; i < add; ++i) h.push_back(next++);
       TraceRequest r;
-      r.ids = h;
+      r.blocks = h;
       t->requests.push_back(r);
     }
   }
@@ -40,20 +41,20 @@ void AgentSessions(Trace* t, uint64_t first_id, int sessions, int turns, uint32_
 // leaf-first a dead prompt leaves one block at a time, each parent coming
 // back as the newest leaf, so it stays long and pushes the hot set out; LRU
 // lets it go whole.
-void ChatWithDocuments(Trace* t, uint64_t first_id, int requests, uint32_t seed) {
+void ChatWithDocuments(Trace* t, uint32_t first_id, int requests, uint32_t seed) {
   std::mt19937 rng(seed);
   constexpr int kHot = 40, kHotLen = 6, kDocLen = 60;
-  uint64_t next = first_id;
-  std::vector<std::vector<uint64_t>> hot(kHot);
+  uint32_t next = first_id;
+  std::vector<std::vector<uint32_t>> hot(kHot);
   for (auto& h : hot) {
     for (int i = 0; i < kHotLen; ++i) h.push_back(next++);
   }
   for (int i = 0; i < requests; ++i) {
     TraceRequest r;
     if (i % 2 == 0) {
-      r.ids = hot[rng() % kHot];
+      r.blocks = hot[rng() % kHot];
     } else {
-      for (int b = 0; b < kDocLen; ++b) r.ids.push_back(next++);
+      for (int b = 0; b < kDocLen; ++b) r.blocks.push_back(next++);
     }
     t->requests.push_back(r);
   }
@@ -61,14 +62,13 @@ void ChatWithDocuments(Trace* t, uint64_t first_id, int requests, uint32_t seed)
 
 void Finish(Trace* t) {
   t->block_tokens = 16;
-  t->block_refs = 0;
   double time = 0;
   for (TraceRequest& r : t->requests) {
     r.time_s = time;
     time += 1;
-    r.input_tokens = r.ids.size() * 16;
-    t->block_refs += r.ids.size();
+    r.input_tokens = r.blocks.size() * 16;
   }
+  NameBlocksByNumber(t);
 }
 
 struct Rates {
@@ -121,16 +121,16 @@ TEST(AdaptiveTest, FollowsLeafFirstWhereItWins) {
 // a few blocks, now and then a long tool output.
 void OneSession(Trace* t, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<uint64_t> history;
-  const uint64_t first = 300 + rng() % 100;
-  for (uint64_t id = 1; id <= first; ++id) history.push_back(id);
-  uint64_t next = first + 1;
+  std::vector<uint32_t> history;
+  const auto first = static_cast<uint32_t>(300 + rng() % 100);
+  for (uint32_t id = 1; id <= first; ++id) history.push_back(id);
+  uint32_t next = first + 1;
   for (int turn = 0; turn < 90; ++turn) {
     TraceRequest r;
-    r.ids = history;
+    r.blocks = history;
     t->requests.push_back(r);
     const uint64_t add = rng() % 10 == 0 ? 30 + rng() % 90 : 1 + rng() % 6;
-    for (uint64_t i = 0; i < add; ++i) history.push_back(next++);
+    for (uint32_t i = 0; i < add; ++i) history.push_back(next++);
   }
 }
 
@@ -147,7 +147,7 @@ TEST(AdaptiveTest, FollowsLeafFirstInSingleSessionsThatOutgrowTheTier) {
     Finish(&t);
     for (const size_t percent : {size_t{35}, size_t{50}}) {
       SCOPED_TRACE("seed " + std::to_string(seed) + ", " + std::to_string(percent) + " %");
-      const Rates r = Measure(t, 0, t.requests.back().ids.size() * percent / 100);
+      const Rates r = Measure(t, 0, t.requests.back().blocks.size() * percent / 100);
       ASSERT_GT(r.Rate("leaf-lru") - r.Rate("lru"), 0.03) << "the trace should favour leaf-first";
       EXPECT_GT(r.Rate("adaptive"), r.BestFixed() - 0.01);
     }
@@ -168,7 +168,7 @@ TEST(AdaptiveTest, FollowsTheBestCandidateOnEachRecordedSessionAlone) {
     auto t = ReadTraces(std::span(&path, 1));
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     std::set<uint64_t> distinct;
-    for (const TraceRequest& r : t->requests) distinct.insert(r.ids.begin(), r.ids.end());
+    for (const TraceRequest& r : t->requests) distinct.insert(r.blocks.begin(), r.blocks.end());
     for (const size_t blocks : {distinct.size() / 50, distinct.size() / 2}) {
       SCOPED_TRACE(std::to_string(blocks) + " blocks");
       const Rates r = Measure(*t, 0, blocks);
@@ -219,7 +219,7 @@ TEST(AdaptiveTest, SampledHitRatesMatchTheRealOnesOnInterleavedSessions) {
   AgentSessions(&t, 1, 64, 40, 7);
   Finish(&t);
   std::set<uint64_t> distinct;
-  for (const TraceRequest& r : t.requests) distinct.insert(r.ids.begin(), r.ids.end());
+  for (const TraceRequest& r : t.requests) distinct.insert(r.blocks.begin(), r.blocks.end());
   std::vector<double> real_rates;
   for (const double share : {0.05, 0.2, 0.5, 0.8}) {
     const auto blocks = static_cast<uint64_t>(share * static_cast<double>(distinct.size()));

@@ -8,6 +8,7 @@
 
 #include "replay/report.h"
 #include "replay/simulator.h"
+#include "support/trace_util.h"
 
 namespace kvtier::replay {
 namespace {
@@ -25,10 +26,12 @@ Trace CyclicScan(uint64_t prompts = kPrompts) {
     TraceRequest r;
     r.time_s = static_cast<double>(i);
     r.input_tokens = kBlocks * 16;
-    for (uint64_t b = 0; b < kBlocks; ++b) r.ids.push_back((i % prompts) * 100 + b);
-    trace.block_refs += r.ids.size();
+    for (uint64_t b = 0; b < kBlocks; ++b) {
+      r.blocks.push_back(static_cast<uint32_t>((i % prompts) * 100 + b));
+    }
     trace.requests.push_back(std::move(r));
   }
+  NameBlocksByNumber(&trace);
   return trace;
 }
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "eviction/eviction_policy.h"
+#include "support/trace_util.h"
 
 namespace kvtier::replay {
 namespace {
@@ -136,10 +137,11 @@ TEST(SimulatorTest, PerBlockCountsAreTheTextbookOnes) {
     TraceRequest r;
     r.time_s = i;
     r.input_tokens = 48;
-    r.ids = {1, 2, 3};
+    r.blocks = {1, 2, 3};
     trace.requests.push_back(r);
   }
-  trace.block_refs = 6;
+  NameBlocksByNumber(&trace);
+  ASSERT_EQ(trace.block_refs, 6u);
   std::map<std::string, SimResult> got;
   for (const char* policy : {"lru", "opt"}) {
     SimConfig c;
@@ -173,7 +175,7 @@ TEST(SimulatorTest, PerBlockCountsMatchIndependentSimulators) {
     std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
     uint64_t hits = 0;
     for (const TraceRequest& r : mooncake.requests) {
-      for (uint64_t id : r.ids) {
+      for (uint64_t id : r.blocks) {  // a number per (file, id): as good as the id
         auto it = where.find(id);
         if (it != where.end()) {
           ++hits;
@@ -202,7 +204,7 @@ TEST(SimulatorTest, PerBlockCountsMatchIndependentSimulators) {
   ASSERT_FALSE(session.requests.empty());
   std::vector<uint64_t> refs;
   for (const TraceRequest& r : session.requests)
-    refs.insert(refs.end(), r.ids.begin(), r.ids.end());
+    refs.insert(refs.end(), r.blocks.begin(), r.blocks.end());
   const uint64_t cap = 100;
   constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
   std::vector<uint64_t> next(refs.size(), kNever);

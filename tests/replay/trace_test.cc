@@ -34,7 +34,7 @@ TEST_F(TraceTest, ReadsMooncakeJsonl) {
   EXPECT_EQ(t->block_tokens, 512u);
   ASSERT_EQ(t->requests.size(), 2u);
   EXPECT_DOUBLE_EQ(t->requests[1].time_s, 2.5);  // milliseconds
-  EXPECT_EQ(t->requests[0].ids, (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ(t->IdsOf(t->requests[0]), (std::vector<uint64_t>{0, 1}));
   EXPECT_EQ(t->block_refs, 3u);
 }
 
@@ -49,7 +49,7 @@ TEST_F(TraceTest, ReadsKvCacheTesterWithNestedSubAgents) {
   EXPECT_EQ(t->block_tokens, 64u);
   ASSERT_EQ(t->requests.size(), 3u);
   EXPECT_DOUBLE_EQ(t->requests[1].time_s, 1.5);  // relative to its parent request
-  EXPECT_EQ(t->requests[2].ids, (std::vector<uint64_t>{9}));
+  EXPECT_EQ(t->IdsOf(t->requests[2]), (std::vector<uint64_t>{9}));
 }
 
 // kv-cache-tester's recorded sessions: a sub-agent is an entry of its own,
@@ -66,7 +66,7 @@ TEST_F(TraceTest, ReadsKvCacheTesterSubAgentEntries) {
   ASSERT_EQ(t->requests.size(), 4u);               // the sub-agent entries are not requests
   EXPECT_DOUBLE_EQ(t->requests[1].time_s, 2.25);   // its start + its own t
   EXPECT_DOUBLE_EQ(t->requests[2].time_s, 2.625);  // nested: 2 + 0.5 + 0.125
-  EXPECT_EQ(t->requests[1].ids, (std::vector<uint64_t>{1, 5}));  // the parent's id space
+  EXPECT_EQ(t->IdsOf(t->requests[1]), (std::vector<uint64_t>{1, 5}));  // the parent's id space
   EXPECT_EQ(t->requests[1].file, t->requests[0].file);
   EXPECT_EQ(t->block_refs, 8u);
   // An entry with neither a request's fields nor a sub-agent's is still refused.
@@ -87,14 +87,14 @@ TEST_F(TraceTest, FilesInterleaveByTimeOrRunOneAfterAnother) {
   auto mixed = ReadTraces(files);  // interleave: both from their own t
   ASSERT_TRUE(mixed.ok()) << mixed.status().ToString();
   std::vector<uint64_t> order;
-  for (const TraceRequest& r : mixed->requests) order.push_back(r.ids[0]);
+  for (const TraceRequest& r : mixed->requests) order.push_back(mixed->blocks[r.blocks[0]].id);
   EXPECT_EQ(order, (std::vector<uint64_t>{1, 3, 4, 2}));
   auto concat = ReadTraces(files, Combine::kConcat);
   ASSERT_TRUE(concat.ok()) << concat.status().ToString();
   order.clear();
   std::vector<double> times;
   for (const TraceRequest& r : concat->requests) {
-    order.push_back(r.ids[0]);
+    order.push_back(concat->blocks[r.blocks[0]].id);
     times.push_back(r.time_s);
   }
   EXPECT_EQ(order, (std::vector<uint64_t>{1, 2, 3, 4}));
