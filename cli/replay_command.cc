@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/replay_live.h"
 #include "common/units.h"
+#include "eviction/admission.h"
 #include "eviction/eviction_policy.h"
 #include "replay/report.h"
 #include "replay/simulator.h"
@@ -28,6 +29,7 @@ struct ReplayOptions {
   std::string combine = "interleave";
   std::string lookahead_requests = "0";
   std::string lookahead_seconds = "0";
+  std::string admission = "off";
   uint64_t device_blocks = 0;
   uint64_t ssd_blocks = 0;
   uint64_t block_bytes = 2 << 20;
@@ -67,7 +69,8 @@ struct Lookahead {
 struct Sweep {
   std::vector<std::string> policies;
   std::vector<uint64_t> capacities;
-  std::vector<Lookahead> lookaheads;  // never empty; {0, 0} is the plain run
+  std::vector<Lookahead> lookaheads;    // never empty; {0, 0} is the plain run
+  std::vector<std::string> admissions;  // never empty; "off" admits every block
 };
 
 // --lookahead-requests and --lookahead-seconds: lists of values 0 or more;
@@ -131,6 +134,21 @@ Result<Sweep> ParseSweep(const ReplayOptions& o) {
   }
   if (sweep.capacities.empty()) return InvalidArgumentError("--capacity-blocks: no capacity given");
   KVTIER_ASSIGN_OR_RETURN(sweep.lookaheads, ParseLookaheads(o));
+  sweep.admissions = Split(o.admission);
+  if (sweep.admissions.empty()) return InvalidArgumentError("--admission: no filter given");
+  const auto filters = eviction::AdmissionNames();
+  for (const std::string& a : sweep.admissions) {
+    if (a != "oracle" && std::find(filters.begin(), filters.end(), a) == filters.end()) {
+      std::string known;
+      for (std::string_view n : filters) known += std::string(n) + ", ";
+      return InvalidArgumentError("--admission: unknown filter \"" + a + "\" (known: " + known +
+                                  "oracle)");
+    }
+    if (a == "oracle" && sweep.lookaheads.size() > 1) {
+      return InvalidArgumentError(
+          "--admission oracle takes no lookahead (it knows the future already)");
+    }
+  }
   return sweep;
 }
 
@@ -201,39 +219,45 @@ int Run(const ReplayOptions& o) {
     // once per capacity.
     const std::vector<Lookahead> lookaheads =
         policy == "opt" ? std::vector{Lookahead{}} : sweep->lookaheads;
+    const std::vector<std::string> admissions =
+        policy == "opt" ? std::vector<std::string>{"off"} : sweep->admissions;
     for (const uint64_t blocks : sweep->capacities) {
-      for (const Lookahead& ahead : lookaheads) {
-        const std::string cap = std::to_string(blocks);
-        replay::SimConfig c;
-        c.policy = policy;
-        c.host_blocks = blocks;
-        c.device_blocks = o.device_blocks;
-        c.ssd_blocks = o.ssd_blocks;
-        c.block_bytes = o.block_bytes;
-        if (policy != "opt") c.quantize_lower = quantize;
-        c.lookahead_requests = ahead.requests;
-        c.lookahead_seconds = ahead.seconds;
-        // The textbook count has no hints: the plain run's says it all.
-        c.per_block = o.per_block && ahead.requests == 0 && ahead.seconds == 0;
-        replay::SimResult named;
-        named.policy = policy;
-        named.lookahead_requests = ahead.requests;
-        named.lookahead_seconds = ahead.seconds;
-        const std::string label = named.label();
-        auto r = replay::Simulate(*trace, c, [&](uint64_t done, uint64_t total) {
-          if (!o.quiet && total > 10'000) {
-            std::fprintf(stderr, "\r%-16s %10s blocks: %3.0f%%", label.c_str(), cap.c_str(),
-                         100.0 * static_cast<double>(done) / static_cast<double>(total));
+      for (const std::string& admission : admissions) {
+        for (const Lookahead& ahead : lookaheads) {
+          const std::string cap = std::to_string(blocks);
+          replay::SimConfig c;
+          c.policy = policy;
+          c.host_blocks = blocks;
+          c.device_blocks = o.device_blocks;
+          c.ssd_blocks = o.ssd_blocks;
+          c.block_bytes = o.block_bytes;
+          if (policy != "opt") c.quantize_lower = quantize;
+          c.lookahead_requests = ahead.requests;
+          c.lookahead_seconds = ahead.seconds;
+          c.admission = admission;
+          // The textbook count has no hints: the plain run's says it all.
+          c.per_block = o.per_block && ahead.requests == 0 && ahead.seconds == 0;
+          replay::SimResult named;
+          named.policy = policy;
+          named.lookahead_requests = ahead.requests;
+          named.lookahead_seconds = ahead.seconds;
+          named.admission = admission;
+          const std::string label = named.label();
+          auto r = replay::Simulate(*trace, c, [&](uint64_t done, uint64_t total) {
+            if (!o.quiet && total > 10'000) {
+              std::fprintf(stderr, "\r%-16s %10s blocks: %3.0f%%", label.c_str(), cap.c_str(),
+                           100.0 * static_cast<double>(done) / static_cast<double>(total));
+            }
+          });
+          if (!o.quiet && trace->requests.size() > 10'000) std::fprintf(stderr, "\n");
+          if (!r) {  // reported, and the other runs go on
+            std::fprintf(stderr, "kvtier replay: %s at %s blocks: %s\n", label.c_str(), cap.c_str(),
+                         std::string(r.status().message()).c_str());
+            ++failed;
+            continue;
           }
-        });
-        if (!o.quiet && trace->requests.size() > 10'000) std::fprintf(stderr, "\n");
-        if (!r) {  // reported, and the other runs go on
-          std::fprintf(stderr, "kvtier replay: %s at %s blocks: %s\n", label.c_str(), cap.c_str(),
-                       std::string(r.status().message()).c_str());
-          ++failed;
-          continue;
+          results.push_back(*r);
         }
-        results.push_back(*r);
       }
     }
   }
@@ -280,6 +304,13 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
                   "comma-separated waiting-queue depths in seconds of the trace's time: a "
                   "request's chain is hinted once the running request is within S seconds of "
                   "it; otherwise as --lookahead-requests [0]");
+  cmd->add_option(
+      "--admission", o->admission,
+      "comma-separated admission filters, each one run of every policy and capacity: off (every "
+      "block admitted), seen (a block enters a full tier only if looked up before the request "
+      "that writes it), tinylfu (only if looked up more often lately than the victim), oracle "
+      "(only if the trace uses it again within 4 x the capacity in block references: it knows "
+      "the future; no lookahead with it). opt runs once [off]");
   cmd->add_option("--device-blocks", o->device_blocks, "device tier above the host [0 = none]");
   cmd->add_option("--ssd-blocks", o->ssd_blocks, "ssd tier below the host [0 = none]");
   cmd->add_option("--block-bytes", o->block_bytes,

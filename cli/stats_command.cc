@@ -140,11 +140,17 @@ class Table {
 };
 
 // "lru", or for the adaptive policy "adaptive: lru (leaf-lru 0.41, lru 0.43,
-// s3fifo 0.39; 2 switches)": what it follows, each candidate's sampled hit rate.
+// s3fifo 0.39; 2 switches)": what it follows, each candidate's sampled hit
+// rate; with an admission filter, "; admission seen: 12 refused" after it.
 std::string Policy(const Figures& f, const std::string& p) {
+  const std::string admission = f.Text(p + "admission");
+  const std::string filter =
+      admission.empty() || admission == "off"
+          ? std::string()
+          : "; admission " + admission + ": " + Int(f.Num(p + "admission_refused")) + " refused";
   std::string out = f.Text(p + "policy");
   const std::string follows = f.Text(p + "policy_follows");
-  if (follows.empty()) return out;
+  if (follows.empty()) return out + filter;
   out += ": " + follows + " (";
   for (const char* c : {"leaf-lru", "lru", "s3fifo"}) {
     const std::string rate = f.Text(p + "candidate." + c + ".sampled_hit_rate");
@@ -153,7 +159,7 @@ std::string Policy(const Figures& f, const std::string& p) {
     std::snprintf(buf, sizeof buf, "%s %.2f, ", c, std::strtod(rate.c_str(), nullptr));
     out += buf;
   }
-  return out + Int(f.Num(p + "policy_switches")) + " switches)";
+  return out + Int(f.Num(p + "policy_switches")) + " switches)" + filter;
 }
 
 void PrintTiers(const Figures& f) {

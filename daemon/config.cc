@@ -15,6 +15,7 @@
 #include <set>
 #include <tuple>
 
+#include "eviction/admission.h"
 #include "eviction/eviction_policy.h"
 
 #ifndef KVTIER_VERSION
@@ -380,6 +381,9 @@ Status DaemonConfig::Validate() const {
     for (std::string_view n : eviction::PolicyNames()) known = known || n == *p;
     if (!known) return InvalidArgumentError("unknown eviction policy '" + *p + "'");
   }
+  for (const std::string* a : {&host_admission, &device_admission}) {
+    KVTIER_RETURN_IF_ERROR(eviction::NewAdmissionFilter(*a).status());
+  }
   return Status::Ok();
 }
 
@@ -462,11 +466,12 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   KVTIER_ASSIGN_OR_RETURN(const toml::table* host, section("host"));
   if (host != nullptr) {
     const toml::table& t = *host;
-    KVTIER_RETURN_IF_ERROR(
-        CheckKnownKeys(t, path, "host", {"capacity", "slab", "policy", "reserve_memory"}));
+    KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
+        t, path, "host", {"capacity", "slab", "policy", "admission", "reserve_memory"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "capacity", Bytes(&c.host_capacity_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "slab", Bytes(&c.host_slab_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "policy", String(&c.host_policy)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "admission", String(&c.host_admission)));
     KVTIER_RETURN_IF_ERROR(
         ReadKey(t, path, "host", "reserve_memory", Bool(&c.host_reserve_memory)));
   }
@@ -474,11 +479,12 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   if (device != nullptr) {
     const toml::table& t = *device;
     KVTIER_RETURN_IF_ERROR(
-        CheckKnownKeys(t, path, "device", {"mode", "gpu", "capacity", "policy"}));
+        CheckKnownKeys(t, path, "device", {"mode", "gpu", "capacity", "policy", "admission"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "gpu", Uint32(&c.device_gpu)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "mode", String(&c.device_mode)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "capacity", Bytes(&c.device_capacity_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "policy", String(&c.device_policy)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "device", "admission", String(&c.device_admission)));
   }
   KVTIER_ASSIGN_OR_RETURN(const toml::table* ssd, section("ssd"));
   if (ssd != nullptr) {
@@ -565,7 +571,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   // Flags are read as text, so that byte counts take units ("64MiB") and an
   // unset flag leaves the file's value alone.
   std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
-      device_mode, device_capacity, device_policy, ssd_capacity, ssd_policy, ssd_prepare;
+      host_admission, device_mode, device_capacity, device_policy, device_admission, ssd_capacity,
+      ssd_policy, ssd_prepare;
   std::optional<std::string> ssd_dir, metrics_address;
   std::optional<uint32_t> device_gpu;
   uint32_t ssd_io_threads = 0;
@@ -651,6 +658,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "host tier slab bytes" + Default(ConfigBytes(d.host_slab_bytes)));
   app.add_option("--host-policy", host_policy,
                  "host tier eviction policy" + Default(d.host_policy));
+  app.add_option("--host-admission", host_admission,
+                 "host tier admission filter: off | seen | tinylfu" + Default(d.host_admission));
   app.add_flag("--no-reserve-memory", no_reserve, "do not commit the host arena's memory at start");
   app.add_option("--device", device_mode,
                  "device tier: auto | cuda | emulated | off" + Default(d.device_mode));
@@ -660,6 +669,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "device tier bytes" + Default(ConfigBytes(d.device_capacity_bytes)));
   app.add_option("--device-policy", device_policy,
                  "device tier eviction policy" + Default(d.device_policy));
+  app.add_option(
+      "--device-admission", device_admission,
+      "device tier admission filter: off | seen | tinylfu" + Default(d.device_admission));
   app.add_option("--ssd-dir", ssd_dir,
                  "ssd tier data directory, \"\" = no ssd tier" + Default(d.ssd_dir));
   app.add_option("--ssd-capacity", ssd_capacity,
@@ -744,10 +756,12 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (idle_exit_s) c.idle_exit_s = *idle_exit_s;
   if (!secret.empty()) c.secret_hex = secret;
   if (!host_policy.empty()) c.host_policy = host_policy;
+  if (!host_admission.empty()) c.host_admission = host_admission;
   if (no_reserve) c.host_reserve_memory = false;
   if (!device_mode.empty()) c.device_mode = device_mode;
   if (device_gpu) c.device_gpu = *device_gpu;
   if (!device_policy.empty()) c.device_policy = device_policy;
+  if (!device_admission.empty()) c.device_admission = device_admission;
   if (ssd_dir) c.ssd_dir = *ssd_dir;
   if (!ssd_policy.empty()) c.ssd_policy = ssd_policy;
   if (!ssd_prepare.empty()) c.ssd_prepare = ssd_prepare;

@@ -109,6 +109,9 @@ struct DaemonConfig {
   uint64_t host_capacity_bytes = 1 * kGiB;
   uint64_t host_slab_bytes = 64 * kMiB;
   std::string host_policy = "adaptive";
+  // Whether a block written into the full tier may take its policy's
+  // victim's room (eviction::AdmissionNames(): off, seen, tinylfu).
+  std::string host_admission = "off";
   bool host_reserve_memory = true;
 
   // [device]
@@ -120,6 +123,7 @@ struct DaemonConfig {
   uint32_t device_gpu = 0;  // CUDA ordinal for "auto" and "cuda"
   uint64_t device_capacity_bytes = 1 * kGiB;
   std::string device_policy = "adaptive";
+  std::string device_admission = "off";
 
   // [ssd]
   // The data directory of the SSD tier: block payloads and their RocksDB

@@ -117,6 +117,8 @@ Result<std::unique_ptr<engine::CacheEngine>> BuildEngine(
   options.host_policy = c.host_policy;
   options.device_policy = c.device_policy;
   options.ssd_policy = c.ssd_policy;
+  options.host_admission = c.host_admission;
+  options.device_admission = c.device_admission;
   options.io = io;
   options.copy = copies;
   options.ssd_write_through = c.ssd_write_through;

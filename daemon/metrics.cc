@@ -296,6 +296,9 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
   f.PerTier("kvtier_evictions_total", kCounter,
             "Blocks evicted from the tier to make room (demoted or dropped)",
             [](const TierStats& t) { return t.evictions; });
+  f.PerTier("kvtier_admission_refused_blocks_total", kCounter,
+            "Blocks the tier's admission filter kept out of it (their writes skipped them)",
+            [](const TierStats& t) { return t.admission_refused; });
   f.PerTier("kvtier_demotions_total", kCounter, "Blocks that arrived in the tier from a faster one",
             [](const TierStats& t) { return t.demotions_in; });
   f.PerTier("kvtier_promotions_total", kCounter,
@@ -567,10 +570,12 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
     add(p + "lookup_hits", t.lookup_hits);
     add(p + "hits", t.hits);
     add(p + "evictions", t.evictions);
+    add(p + "admission_refused", t.admission_refused);
     add(p + "demotions_in", t.demotions_in);
     add(p + "promotions_in", t.promotions_in);
     add(p + "bytes_in", t.bytes_in);
     add(p + "policy", t.policy);
+    add(p + "admission", t.admission);
     if (!t.adaptive) continue;
     for (const eviction::CandidateReport& c : t.adaptive->candidates) {
       if (c.followed) add(p + "policy_follows", c.name);

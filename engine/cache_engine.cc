@@ -69,6 +69,21 @@ Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& op
     engine->policies_[Index(kind)] = std::move(policy).value();
     engine->references_wanted_ |= engine->policies_[Index(kind)]->wants_references();
   }
+  const std::pair<TierKind, const std::string*> admissions[] = {
+      {TierKind::kDevice, &options.device_admission}, {TierKind::kHost, &options.host_admission}};
+  for (const auto& [kind, name] : admissions) {
+    auto filter = eviction::NewAdmissionFilter(*name);
+    if (!filter) return filter.status().WithContext(std::string(TierKindName(kind)) + " tier");
+    if (engine->tier(kind) == nullptr) continue;
+    engine->owned_admission_[Index(kind)] = std::move(filter).value();
+    engine->admission_[Index(kind)] = engine->owned_admission_[Index(kind)].get();
+  }
+  if (options.host_admission_filter != nullptr) {
+    engine->admission_[Index(TierKind::kHost)] = options.host_admission_filter;
+  }
+  for (const eviction::AdmissionFilter* f : engine->admission_) {
+    engine->references_wanted_ |= f != nullptr;
+  }
   return engine;
 }
 
@@ -207,6 +222,17 @@ void CacheEngine::TellReferences(NamespaceId ns, std::span<const BlockKey> keys)
   for (const auto& p : policies_) {
     if (p != nullptr && p->wants_references()) p->Referenced(chain);
   }
+  for (size_t i = 0; i < kNumTierKinds; ++i) {
+    eviction::AdmissionFilter* f = admission_[i];
+    if (f == nullptr) continue;
+    // What it remembers grows with the tier (in doublings: rarely told).
+    const size_t held = policies_[i]->size();
+    if (held > admission_sized_[i]) {
+      admission_sized_[i] = 2 * held;
+      f->SetCapacity(admission_sized_[i]);
+    }
+    f->Referenced(chain);
+  }
 }
 
 uint64_t CacheEngine::BlockBytes(EntryId id) const { return block_bytes_[blocks_[id].ns]; }
@@ -269,7 +295,8 @@ void CacheEngine::Unpin(EntryId id) {
   PolicyOf(b.tier).Update(id, MetaOf(id));
 }
 
-Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints) {
+Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints,
+                                     std::optional<uint64_t> admit) {
   Tier& t = *tiers_[Index(kind)];
   const uint64_t slot_bytes = t.SlotBytes(bytes);
   for (;;) {
@@ -287,6 +314,12 @@ Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes, bool yield_h
       if (yield_hints && YieldHint(kind)) continue;
       return ResourceExhaustedError("the " + std::string(TierKindName(kind)) +
                                     " tier is full of pinned blocks");
+    }
+    eviction::AdmissionFilter* filter = admission_[Index(kind)];
+    if (admit && filter != nullptr && !filter->Admit(*admit, blocks_[*victim].fingerprint)) {
+      ++stats_.tiers[Index(kind)].admission_refused;
+      return ResourceExhaustedError("the " + std::string(TierKindName(kind)) +
+                                    " tier's admission filter kept the block out");
     }
     Evict(*victim);
   }

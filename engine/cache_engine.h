@@ -43,6 +43,7 @@
 #include "common/result.h"
 #include "engine/internal/chain_fingerprints.h"
 #include "engine/io_executor.h"
+#include "eviction/admission.h"
 #include "eviction/eviction_policy.h"
 #include "prefix_index/block_key.h"
 #include "prefix_index/prefix_index.h"
@@ -84,6 +85,17 @@ struct EngineOptions {
   std::string device_policy = "lru";
   std::string host_policy = "lru";
   std::string ssd_policy = "lru";
+  // Admission filter of the tiers writes go to, by name
+  // (eviction::AdmissionNames()): whether a block a write brings into the
+  // full tier may take its policy's victim's room, or bypasses the tier
+  // (skipped, with the rest of its chain, as a block that finds no room is).
+  // "off": every block admitted. (Demotions and promotions are not asked.)
+  std::string device_admission = "off";
+  std::string host_admission = "off";
+  // A filter of the caller's for the host tier, used instead of
+  // host_admission (replay's oracle, which knows the trace's future). Must
+  // outlive the engine.
+  eviction::AdmissionFilter* host_admission_filter = nullptr;
   // Source of time for policies and stats. Must outlive the engine.
   const Clock* clock = &SystemClock();
   // Runs the I/O of io_bound tiers (ssd) off the engine's thread. Required
@@ -164,13 +176,15 @@ struct TierStats {
   uint64_t used_bytes = 0;  // slot bytes reserved
   uint64_t blocks = 0;      // blocks in the tier (committed and pending)
   uint64_t pinned_blocks = 0;
-  uint64_t hits = 0;           // acquired blocks found in this tier
-  uint64_t lookup_hits = 0;    // blocks found in this tier by lookups
-  uint64_t evictions = 0;      // blocks moved out or dropped to make room
-  uint64_t demotions_in = 0;   // blocks that arrived from the tier above
-  uint64_t promotions_in = 0;  // blocks that arrived from the tier below
-  uint64_t bytes_in = 0;       // bytes copied into the tier by moves
-  std::string policy;          // the eviction policy's name
+  uint64_t hits = 0;               // acquired blocks found in this tier
+  uint64_t lookup_hits = 0;        // blocks found in this tier by lookups
+  uint64_t evictions = 0;          // blocks moved out or dropped to make room
+  uint64_t admission_refused = 0;  // blocks its admission filter kept out of it
+  uint64_t demotions_in = 0;       // blocks that arrived from the tier above
+  uint64_t promotions_in = 0;      // blocks that arrived from the tier below
+  uint64_t bytes_in = 0;           // bytes copied into the tier by moves
+  std::string policy;              // the eviction policy's name
+  std::string admission;           // the admission filter's name ("off": none)
   // What the adaptive policy follows and why; absent for fixed policies.
   std::optional<eviction::AdaptiveReport> adaptive;
 };
@@ -572,7 +586,11 @@ class CacheEngine {
   // Reserves a slot in `kind`, evicting victims until one is free; when
   // every block left is pinned or hinted, ends hint protections (unless
   // `yield_hints` is false: a prefetch never evicts another hint's block).
-  Result<SlotId> MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints = true);
+  // With `admit` (a new block's fingerprint), the tier's admission filter
+  // decides whether it may take each victim's room: ResourceExhausted when
+  // not.
+  Result<SlotId> MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints = true,
+                          std::optional<uint64_t> admit = std::nullopt);
   // Moves the victim to the next tier down, or drops it from the last.
   void Evict(EntryId id);
   // Copies the block into `to` and frees its old slot. REQUIRES: pinned.
@@ -707,7 +725,12 @@ class CacheEngine {
   const Clock& clock_;
   std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers_;
   std::array<std::unique_ptr<eviction::EvictionPolicy>, kNumTierKinds> policies_;
-  bool references_wanted_ = false;         // a policy wants Referenced()
+  bool references_wanted_ = false;  // a policy or filter wants Referenced()
+  // Each tier's admission filter (null: every block admitted), the ones made
+  // by name owned here; and the tier size each was last told (SetCapacity).
+  std::array<std::unique_ptr<eviction::AdmissionFilter>, kNumTierKinds> owned_admission_;
+  std::array<eviction::AdmissionFilter*, kNumTierKinds> admission_{};
+  std::array<size_t, kNumTierKinds> admission_sized_{};
   internal::ChainFingerprints chains_;     // TellReferences' fingerprints
   std::vector<EntryId> drop_stack_;        // Drop's scratch
   std::vector<NamespaceSpec> namespaces_;  // indexed by NamespaceId

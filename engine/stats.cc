@@ -17,6 +17,7 @@ EngineStats CacheEngine::Stats() const {
     ts.emulated = t->emulated();
     ts.description = t->description();
     ts.policy = std::string(policies_[i]->name());
+    ts.admission = admission_[i] != nullptr ? std::string(admission_[i]->name()) : "off";
     ts.adaptive = policies_[i]->adaptive_report();
     ts.capacity_bytes = t->capacity_bytes();
     ts.used_bytes = t->used_bytes();

@@ -47,7 +47,11 @@ Result<Allocation> CacheEngine::Allocate(NamespaceId ns, std::optional<BlockKey>
       prev = id;
       continue;
     }
-    Result<SlotId> slot = MakeRoom(kind, bytes);
+    // (The fingerprint only where a filter will ask for it.)
+    const std::optional<uint64_t> admit = admission_[Index(kind)] != nullptr
+                                              ? std::optional(PolicyFingerprint(ns, keys[i]))
+                                              : std::nullopt;
+    Result<SlotId> slot = MakeRoom(kind, bytes, /*yield_hints=*/true, admit);
     if (!slot) {
       no_room = slot.status();
       break;

@@ -27,23 +27,29 @@ const SimResult* OptAt(const std::vector<SimResult>& all, uint64_t capacity) {
   return nullptr;
 }
 
-// The plain (no lookahead) run of `policy` at `capacity`, if any.
+// A run with lookahead hints or an admission filter: one measured against
+// its policy's plain run.
+bool Variant(const SimResult& r) { return r.lookahead() || !r.admits_all(); }
+
+// The plain run (no lookahead, every block admitted) of `policy` at
+// `capacity`, if any.
 const SimResult* PlainAt(const std::vector<SimResult>& all, const std::string& policy,
                          uint64_t capacity) {
   for (const SimResult& r : all) {
-    if (r.policy == policy && !r.lookahead() && r.capacity_blocks == capacity) return &r;
+    if (r.policy == policy && !Variant(r) && r.capacity_blocks == capacity) return &r;
   }
   return nullptr;
 }
 
-// The share of its own gap to OPT that a lookahead run's hints close, in
-// block hit rate: (hit(r) - hit(plain)) / (hit(opt) - hit(plain)), plain
-// being the same policy without hints at the same capacity. Against plain
+// The share of its own gap to OPT that a lookahead run's hints (or a run's
+// admission filter) close, in block hit rate: (hit(r) - hit(plain)) /
+// (hit(opt) - hit(plain)), plain being the same policy without hints and
+// admitting every block, at the same capacity. Against plain
 // LRU instead, a row of another policy would show mostly that policy's own
 // distance from LRU (lfu+1req read -0.99). None for a plain run, without
 // both, or where the plain run already scores OPT (no gap to close).
 std::optional<double> GapClosed(const std::vector<SimResult>& all, const SimResult& r) {
-  if (!r.lookahead()) return std::nullopt;
+  if (!Variant(r)) return std::nullopt;
   const SimResult* plain = PlainAt(all, r.policy, r.capacity_blocks);
   const SimResult* opt = OptAt(all, r.capacity_blocks);
   if (plain == nullptr || opt == nullptr) return std::nullopt;
@@ -54,6 +60,10 @@ std::optional<double> GapClosed(const std::vector<SimResult>& all, const SimResu
 
 bool AnyLookahead(const std::vector<SimResult>& all) {
   return std::any_of(all.begin(), all.end(), [](const SimResult& r) { return r.lookahead(); });
+}
+
+bool AnyAdmission(const std::vector<SimResult>& all) {
+  return std::any_of(all.begin(), all.end(), [](const SimResult& r) { return !r.admits_all(); });
 }
 
 std::string Fmt(const char* format, double v) {
@@ -74,7 +84,7 @@ std::string FormatGapClosed(const std::vector<SimResult>& results) {
   std::set<uint64_t> capacities;
   std::vector<std::string> labels;
   for (const SimResult& r : results) {
-    if (!r.lookahead() || !PlainAt(results, r.policy, r.capacity_blocks) ||
+    if (!Variant(r) || !PlainAt(results, r.policy, r.capacity_blocks) ||
         !OptAt(results, r.capacity_blocks)) {
       continue;
     }
@@ -88,10 +98,14 @@ std::string FormatGapClosed(const std::vector<SimResult>& results) {
   for (const std::string& l : labels) width = std::max(width, static_cast<int>(l.size()));
   char cell[64];
   std::snprintf(cell, sizeof cell, "%-*s", width, "capacity");
+  const bool admission = AnyAdmission(results);
   std::string out =
-      "share of the gap to OPT closed by lookahead hints, each run against its policy "
-      "without hints, in block hit rate: (hit - hit plain) / (hit opt - hit plain); - where "
-      "the plain run already scores OPT\n" +
+      std::string(admission ? "share of the gap to OPT closed by admission and lookahead hints, "
+                              "each run against its policy admitting every block without hints"
+                            : "share of the gap to OPT closed by lookahead hints, each run "
+                              "against its policy without hints") +
+      ", in block hit rate: (hit - hit plain) / (hit opt - hit plain); - where the plain run "
+      "already scores OPT\n" +
       std::string(cell);
   for (uint64_t c : capacities) {
     std::snprintf(cell, sizeof cell, " %10llu", static_cast<unsigned long long>(c));
@@ -122,12 +136,14 @@ std::string FormatTable(const std::vector<SimResult>& results) {
   char line[512];
   const bool per_block = AnyPerBlock(results);
   const bool lookahead = AnyLookahead(results);
+  const bool admission = AnyAdmission(results);
   int width = 14;  // the policy column; wider for long lookahead labels
   for (const SimResult& r : results) width = std::max(width, static_cast<int>(r.label().size()));
-  std::snprintf(line, sizeof line, "%-*s %12s %10s %10s %10s%s %10s %12s %12s %12s%s\n", width,
+  std::snprintf(line, sizeof line, "%-*s %12s %10s %10s %10s%s %10s %12s %12s %12s%s%s\n", width,
                 "policy", "capacity", "block hit", "token hit", "gap OPT",
                 per_block ? "  per-block" : "", "hits ssd", "demotions", "moved", "refs/s",
-                lookahead ? "       hinted    hint used  hint yield" : "");
+                lookahead ? "       hinted    hint used  hint yield" : "",
+                admission ? "  not admitted" : "");
   out += line;
   for (const SimResult& r : results) {
     const SimResult* opt = OptAt(results, r.capacity_blocks);
@@ -146,13 +162,15 @@ std::string FormatTable(const std::vector<SimResult>& results) {
                     static_cast<unsigned long long>(r.hints_yielded));
       hints = h;
     }
+    const std::string refused =
+        admission ? Fmt(" %13.0f", static_cast<double>(r.admission_refused)) : std::string();
     std::snprintf(line, sizeof line,
-                  "%-*s %12llu %10.4f %10.4f %10s%s %10llu %12llu %12s %12.3g%s\n", width,
+                  "%-*s %12llu %10.4f %10.4f %10s%s %10llu %12llu %12s %12.3g%s%s\n", width,
                   r.label().c_str(), static_cast<unsigned long long>(r.capacity_blocks),
                   r.block_hit_rate(), r.token_hit_rate(), gap.c_str(), textbook.c_str(),
                   static_cast<unsigned long long>(r.hits_per_tier[2]),
                   static_cast<unsigned long long>(r.demotions), FormatBytes(r.bytes_moved).c_str(),
-                  r.refs_per_second(), hints.c_str());
+                  r.refs_per_second(), hints.c_str(), refused.c_str());
     out += line;
   }
   for (const SimResult& r : results) {
@@ -180,11 +198,12 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
       "demotions,promotions,blocks_moved,bytes_moved,refs_per_second";
   const bool per_block = AnyPerBlock(results);
   const bool lookahead = AnyLookahead(results);
+  const bool admission = AnyAdmission(results);
   if (per_block) out += ",per_block_hit_rate";
-  if (lookahead) {
-    out +=
-        ",lookahead_requests,lookahead_seconds,hinted_blocks,hints_used,hints_yielded,gap_closed";
-  }
+  if (lookahead)
+    out += ",lookahead_requests,lookahead_seconds,hinted_blocks,hints_used,hints_yielded";
+  if (admission) out += ",admission,admission_refused";
+  if (lookahead || admission) out += ",gap_closed";
   out += "\n";
   for (const SimResult& r : results) {
     const SimResult* opt = OptAt(results, r.capacity_blocks);
@@ -209,14 +228,19 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
     out += line;
     if (per_block) out += r.per_block ? Fmt(",%.6f", r.per_block_hit_rate()) : std::string(",");
     if (lookahead) {
-      const std::optional<double> closed = GapClosed(results, r);
-      std::snprintf(line, sizeof line, ",%llu,%g,%llu,%llu,%llu,%s",
+      std::snprintf(line, sizeof line, ",%llu,%g,%llu,%llu,%llu",
                     static_cast<unsigned long long>(r.lookahead_requests), r.lookahead_seconds,
                     static_cast<unsigned long long>(r.hinted_blocks),
                     static_cast<unsigned long long>(r.hints_used),
-                    static_cast<unsigned long long>(r.hints_yielded),
-                    closed ? Fmt("%.6f", *closed).c_str() : "");
+                    static_cast<unsigned long long>(r.hints_yielded));
       out += line;
+    }
+    if (admission) {
+      out += "," + r.admission + "," + std::to_string(r.admission_refused);
+    }
+    if (lookahead || admission) {
+      const std::optional<double> closed = GapClosed(results, r);
+      out += closed ? Fmt(",%.6f", *closed) : std::string(",");
     }
     out += "\n";
   }
@@ -226,6 +250,7 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
 std::string FormatJson(const std::vector<SimResult>& results) {
   nlohmann::json out = nlohmann::json::array();
   const bool lookahead = AnyLookahead(results);
+  const bool admission = AnyAdmission(results);
   for (const SimResult& r : results) {
     nlohmann::json j = {{"policy", r.policy},
                         {"capacity_blocks", r.capacity_blocks},
@@ -259,15 +284,19 @@ std::string FormatJson(const std::vector<SimResult>& results) {
       j["adaptive_recent_sampled_hit_rates"] = std::move(recent);
       j["adaptive_switches"] = r.adaptive->switches;
     }
+    if (lookahead || admission) j["label"] = r.label();
     if (lookahead) {
-      j["label"] = r.label();
       j["lookahead_requests"] = r.lookahead_requests;
       j["lookahead_seconds"] = r.lookahead_seconds;
       j["hinted_blocks"] = r.hinted_blocks;
       j["hints_used"] = r.hints_used;
       j["hints_yielded"] = r.hints_yielded;
-      if (const std::optional<double> closed = GapClosed(results, r)) j["gap_closed"] = *closed;
     }
+    if (admission) {
+      j["admission"] = r.admission;
+      j["admission_refused"] = r.admission_refused;
+    }
+    if (const std::optional<double> closed = GapClosed(results, r)) j["gap_closed"] = *closed;
     if (r.per_block) {
       j["per_block_hits"] = r.per_block_hits;
       j["per_block_hit_rate"] = r.per_block_hit_rate();

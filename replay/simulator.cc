@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "engine/cache_engine.h"
+#include "eviction/admission.h"
 
 namespace kvtier::replay {
 namespace {
@@ -31,6 +32,43 @@ BlockKey KeyOf(const Trace& trace, uint32_t b) {
 
 // "Never used again" in a next-use position.
 constexpr uint32_t kNever = UINT32_MAX;
+
+// SimConfig::admission "oracle": admits a block only if the trace uses it
+// again within `horizon` block references of the request that writes it.
+// Told each request's blocks' next uses before its lookup, it pairs them
+// with the fingerprints the lookup hands every filter (Referenced: the
+// chain's keys, in order), so it needs to know nothing of the engine's
+// fingerprints.
+class OracleAdmission final : public eviction::AdmissionFilter {
+ public:
+  explicit OracleAdmission(uint64_t horizon) : horizon_(horizon) {}
+
+  std::string_view name() const override { return "oracle"; }
+
+  // `next_uses`: of the request's blocks, in order; `position`: of its first.
+  void Expect(std::span<const uint32_t> next_uses, uint64_t position) {
+    next_ = next_uses;
+    position_ = position;
+  }
+
+  void Referenced(std::span<const uint64_t> chain) override {
+    due_.clear();
+    for (size_t j = 0; j < chain.size() && j < next_.size(); ++j) due_[chain[j]] = next_[j];
+  }
+
+  void SetCapacity(size_t /*blocks*/) override {}
+
+  bool Admit(uint64_t candidate, uint64_t /*victim*/) override {
+    const auto it = due_.find(candidate);
+    return it != due_.end() && it->second != kNever && it->second - position_ <= horizon_;
+  }
+
+ private:
+  uint64_t horizon_;
+  std::span<const uint32_t> next_;
+  uint64_t position_ = 0;
+  std::unordered_map<uint64_t, uint32_t> due_;  // the request's fingerprints' next uses
+};
 
 // The simulating thread's CPU time: what a run costs, without the time the
 // machine gave to others (on a shared machine a third of the wall time can
@@ -71,6 +109,15 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
                                  const ProgressFn& progress) {
   engine::EngineOptions options;
   options.device_policy = options.host_policy = options.ssd_policy = c.policy;
+  std::optional<OracleAdmission> oracle;
+  std::vector<uint32_t> next_use;  // the oracle's
+  if (c.admission == "oracle") {
+    next_use = NextUses(trace);
+    oracle.emplace(kOracleHorizon * (c.device_blocks + c.host_blocks + c.ssd_blocks));
+    options.host_admission_filter = &*oracle;
+  } else {
+    options.device_admission = options.host_admission = c.admission;
+  }
   // Plain runs count slots of one page; with quantize_lower, real bytes: an
   // fp16 block of block_bytes (one layer and head, as wide as it takes),
   // whose fp8 form the ssd keeps.
@@ -108,6 +155,7 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
   const double start = Now();
   const size_t n = trace.requests.size();
   const uint64_t every = std::max<uint64_t>(1, n / 100);
+  uint64_t position = 0;  // of the request's first block reference
   for (size_t i = 0; i < n; ++i) {
     const TraceRequest& r = trace.requests[i];
     if (lookahead) {
@@ -129,6 +177,8 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
     }
     keys.clear();
     for (uint32_t b : r.blocks) keys.push_back(KeyOf(trace, b));
+    if (oracle) oracle->Expect(std::span(next_use).subspan(position, keys.size()), position);
+    position += keys.size();
     KVTIER_ASSIGN_OR_RETURN(const engine::LookupResult found, e.Lookup(ns, keys));
     for (TierKind t : found.tiers) ++out.hits_per_tier[static_cast<size_t>(t)];
     // A hit is read (promoted into the host, as a worker's ACQUIRE would);
@@ -165,6 +215,7 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
   out.hints_used = st.hints_used;
   out.hints_yielded = st.hints_yielded;
   for (const engine::TierStats& t : st.tiers) {
+    out.admission_refused += t.admission_refused;
     out.demotions += t.demotions_in;
     out.promotions += t.promotions_in;
     out.bytes_moved += t.bytes_in;
@@ -308,13 +359,14 @@ Result<uint64_t> PerBlockHits(const Trace& trace, const std::string& policy, uin
 }  // namespace
 
 std::string SimResult::label() const {
-  if (lookahead_requests > 0) return policy + "+" + std::to_string(lookahead_requests) + "req";
+  const std::string name = admits_all() ? policy : policy + "/" + admission;
+  if (lookahead_requests > 0) return name + "+" + std::to_string(lookahead_requests) + "req";
   if (lookahead_seconds > 0) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "+%gs", lookahead_seconds);
-    return policy + buf;
+    return name + buf;
   }
-  return policy;
+  return name;
 }
 
 Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
@@ -339,6 +391,15 @@ Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
   if (lookahead && config.policy == "opt") {
     return InvalidArgumentError("opt takes no lookahead: it knows the whole trace already");
   }
+  if (config.admission != "off" && config.policy == "opt") {
+    return InvalidArgumentError("opt takes no admission filter: it admits as it sees fit");
+  }
+  if (config.admission == "oracle" && lookahead) {
+    return InvalidArgumentError("the oracle admission takes no lookahead: it knows the future");
+  }
+  if (config.admission != "oracle") {
+    KVTIER_RETURN_IF_ERROR(eviction::NewAdmissionFilter(config.admission).status());
+  }
   if (config.quantize_lower != Quantize::kOff && config.policy == "opt") {
     return InvalidArgumentError("opt takes no quantize_lower: it has one pool, not tiers");
   }
@@ -355,6 +416,7 @@ Result<SimResult> Simulate(const Trace& trace, const SimConfig& config,
   r->policy = config.policy;
   r->lookahead_requests = config.lookahead_requests;
   r->lookahead_seconds = config.lookahead_seconds;
+  r->admission = config.admission;
   r->device_blocks = config.device_blocks;
   r->host_blocks = config.host_blocks;
   r->ssd_blocks = config.ssd_blocks;

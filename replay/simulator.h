@@ -52,7 +52,18 @@ struct SimConfig {
   //     time_s >= time_s of j - S.
   uint64_t lookahead_requests = 0;
   double lookahead_seconds = 0;
+  // Admission filter of every tier (engine::EngineOptions): a name of
+  // eviction::AdmissionNames(), or "oracle": the host tier admits a block
+  // into its full self only if the trace uses it again within
+  // kOracleHorizon x the capacity in block references (it knows the future,
+  // as OPT does): what admission alone could add to the policy. Engine
+  // policies only, and "oracle" without lookahead.
+  std::string admission = "off";
 };
+
+// The oracle's horizon, in capacities' worth of block references: the best
+// of 1, 2, 4 and 8 on the traces the project carries.
+inline constexpr uint64_t kOracleHorizon = 4;
 
 struct SimResult {
   std::string policy;
@@ -80,6 +91,9 @@ struct SimResult {
   uint64_t hinted_blocks = 0;  // protections begun
   uint64_t hints_used = 0;     // hinted blocks acquired while protected
   uint64_t hints_yielded = 0;  // protections given up so that a write found room
+  // SimConfig's admission, and the blocks it kept out of the tiers.
+  std::string admission = "off";
+  uint64_t admission_refused = 0;
   // With SimConfig::per_block: the hits of the textbook per-block cache of
   // the same policy and total capacity, where every block reference counts
   // on its own (a hit need not be leading) and every missed block is
@@ -103,8 +117,9 @@ struct SimResult {
                            : static_cast<double>(per_block_hits) / static_cast<double>(block_refs);
   }
   bool lookahead() const { return lookahead_requests != 0 || lookahead_seconds != 0; }
-  // The policy with its lookahead, as reports name a run: "lru",
-  // "lru+10req", "lru+60s".
+  bool admits_all() const { return admission == "off"; }
+  // The policy with its admission filter and lookahead, as reports name a
+  // run: "lru", "lru+10req", "lru+60s", "lru/seen", "lru/oracle+10req".
   std::string label() const;
   double refs_per_second() const {
     return seconds == 0 ? 0 : static_cast<double>(block_refs) / seconds;

@@ -77,11 +77,13 @@ reply_timeout_ms = 4000
 capacity = "2GiB"
 slab = "16MiB"
 policy = "lru"
+admission = "seen"
 reserve_memory = false
 [device]
 mode = "emulated"
 capacity = 536870912
 policy = "lru"
+admission = "tinylfu"
 )");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->socket_path, "/tmp/x.sock");
@@ -107,6 +109,8 @@ policy = "lru"
   EXPECT_EQ(c->host_capacity_bytes, 2 * kGiB);
   EXPECT_EQ(c->host_slab_bytes, 16 * kMiB);
   EXPECT_FALSE(c->host_reserve_memory);
+  EXPECT_EQ(c->host_admission, "seen");
+  EXPECT_EQ(c->device_admission, "tinylfu");
   EXPECT_EQ(c->device_mode, "emulated");
   EXPECT_EQ(c->device_capacity_bytes, 512 * kMiB);
   EXPECT_TRUE(c->Validate().ok());
@@ -128,6 +132,12 @@ TEST_F(ConfigTest, ValidateRejectsBadValues) {
   EXPECT_FALSE(c.Validate().ok());
   c = {};
   c.host_policy = "fifo";
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.host_admission = "sometimes";
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.device_admission = "oracle";  // replay's alone: it knows the future
   EXPECT_FALSE(c.Validate().ok());
   c = {};
   c.secret_hex = "abc";

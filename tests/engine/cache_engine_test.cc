@@ -389,5 +389,46 @@ TEST_F(CacheEngineTest, StatsDescribeTheTiers) {
   EXPECT_FALSE(s.tiers[2].present);
 }
 
+// Admission "seen" on the host tier: once it is full, a block looked up for
+// the first time by the request that writes it (a document pasted once)
+// does not take a cached block's room; the same chain asked for again is
+// admitted. Refusals are counted.
+TEST(CacheEngineAdmissionTest, AOneOffBlockDisplacesNothingUntilItIsSeenTwice) {
+  auto host = tiers::NewHostTier({4 * 4096, 16 * 4096});
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  EngineOptions options;
+  options.host_policy = "lru";
+  options.host_admission = "seen";
+  auto made = CacheEngine::Create(options, nullptr, std::move(host).value());
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  CacheEngine& e = **made;
+  const NamespaceId ns = *e.AddNamespace({"model-a", "", SmallLayout()});
+  const auto hot = Chain(1, 4);
+  ASSERT_EQ(e.Lookup(ns, hot)->hits, 0u);
+  ASSERT_EQ(Put(e, ns, hot), 4u);  // room to spare: no filter asked
+  const auto doc = Chain(2, 2);
+  ASSERT_EQ(e.Lookup(ns, doc)->hits, 0u);  // its first sighting
+  EXPECT_EQ(Put(e, ns, doc), 0u);          // kept out
+  EXPECT_EQ(e.Lookup(ns, hot)->hits, 4u);  // nothing of the hot chain went
+  EngineStats st = e.Stats();
+  const TierStats& h = st.tiers[static_cast<size_t>(TierKind::kHost)];
+  EXPECT_EQ(h.admission, "seen");
+  EXPECT_EQ(h.admission_refused, 1u);  // its first block; the rest skipped with it
+  EXPECT_EQ(h.evictions, 0u);
+  ASSERT_EQ(e.Lookup(ns, doc)->hits, 0u);  // its second sighting
+  EXPECT_EQ(Put(e, ns, doc), 2u);          // admitted: two of the hot chain's blocks made room
+  EXPECT_EQ(e.Lookup(ns, doc)->hits, 2u);
+  EXPECT_EQ(e.Lookup(ns, hot)->hits, 2u);
+  EXPECT_TRUE(e.CheckInvariants().ok()) << e.CheckInvariants().ToString();
+  // An unknown filter is refused at creation, naming the tier.
+  options.host_admission = "sometimes";
+  auto bad = CacheEngine::Create(options, nullptr,
+                                 std::move(tiers::NewHostTier({4 * 4096, 16 * 4096})).value());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown admission filter 'sometimes'"),
+            std::string_view::npos)
+      << bad.status().ToString();
+}
+
 }  // namespace
 }  // namespace kvtier::engine

@@ -1,0 +1,94 @@
+// FrequencySketch: how often each key was seen lately, approximately, in 4
+// bits a counter (TinyLFU's count-min sketch, Einziger et al., ToS'17). Each
+// key's four counters lie in one 64-bit word (one memory access a key), a
+// word chosen by the key's hash and a counter of each 16-bit quarter by
+// four more of its bits; the estimate is the least of the four, never below
+// the true count until aging. Aging: after `sample` increments every counter
+// is halved, so the sketch forgets what was frequent long ago.
+//
+// Thread-safety: none; confined to its owner.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/hash.h"
+
+namespace kvtier::eviction::internal {
+
+class FrequencySketch {
+ public:
+  // Room for about `keys` keys (at least 64): one word a key, rounded up to
+  // a power of two; ages every 10 words' worth of increments (sample).
+  explicit FrequencySketch(size_t keys = 64) { Resize(keys); }
+
+  // Starts over with room for about `keys` keys (counts are forgotten).
+  void Resize(size_t keys) {
+    const size_t words = std::bit_ceil(std::max<size_t>(64, keys));
+    table_.assign(words, 0);
+    sample_ = 10 * static_cast<uint64_t>(words);
+    additions_ = 0;
+  }
+
+  // Makes room for about `keys` keys, keeping every estimate: a key's word
+  // in a table twice as large is its old word's index or that plus the old
+  // size, and both start as copies of the old word.
+  void Grow(size_t keys) {
+    while (table_.size() < keys) {
+      const size_t old = table_.size();
+      table_.resize(2 * old);
+      std::copy(table_.begin(), table_.begin() + static_cast<std::ptrdiff_t>(old),
+                table_.begin() + static_cast<std::ptrdiff_t>(old));
+    }
+    sample_ = 10 * static_cast<uint64_t>(table_.size());
+  }
+
+  size_t words() const { return table_.size(); }
+
+  void Increment(uint64_t key) {
+    const uint64_t h = Mix64(key);
+    uint64_t& word = table_[Index(h)];
+    bool added = false;
+    for (int i = 0; i < 4; ++i) {
+      const unsigned shift = Shift(h, i);
+      if (((word >> shift) & 0xf) != 0xf) {
+        word += uint64_t{1} << shift;
+        added = true;
+      }
+    }
+    if (added && ++additions_ >= sample_) Age();
+  }
+
+  // The estimated count of `key`, 0 to 15.
+  unsigned Frequency(uint64_t key) const {
+    const uint64_t h = Mix64(key);
+    const uint64_t word = table_[Index(h)];
+    unsigned least = 15;
+    for (int i = 0; i < 4; ++i) {
+      least = std::min(least, static_cast<unsigned>((word >> Shift(h, i)) & 0xf));
+    }
+    return least;
+  }
+
+  // Halves every counter (and the count of additions since the last aging).
+  void Age() {
+    for (uint64_t& w : table_) w = (w >> 1) & 0x7777'7777'7777'7777ULL;
+    additions_ /= 2;
+  }
+
+ private:
+  size_t Index(uint64_t h) const { return static_cast<size_t>(h >> 32) & (table_.size() - 1); }
+  // Counter i of a key: one of the 4 of the word's quarter i, by 2 bits of h.
+  static unsigned Shift(uint64_t h, int i) {
+    return static_cast<unsigned>(16 * i) + 4 * static_cast<unsigned>((h >> (2 * i)) & 3);
+  }
+
+  std::vector<uint64_t> table_;
+  uint64_t sample_ = 0;
+  uint64_t additions_ = 0;
+};
+
+}  // namespace kvtier::eviction::internal
