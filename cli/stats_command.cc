@@ -241,9 +241,12 @@ void PrintTotals(const Figures& f) {
              " expired, " + Int(f.Num("hints_yielded")) + " yielded, " +
              Int(f.Num("hints_withdrawn")) + " withdrawn; " + Int(f.Num("prefetched_blocks")) +
              " read ahead (SSD, remote), " + Int(f.Num("prefetched_used")) + " of them used"});
-  t.Row({"dropped", Int(f.Num("dropped_blocks")) + " left the last tier (" +
-                        Int(f.Num("orphan_drops")) + " orphans), " +
-                        Int(f.Num("demotions_dropped")) + " dropped instead of demoted"});
+  t.Row({"dropped",
+         Int(f.Num("dropped_blocks")) + " left the last tier (" + Int(f.Num("orphan_drops")) +
+             " orphans), " + Int(f.Num("demotions_dropped")) + " dropped instead of demoted" +
+             (f.Num("ssd_budget_refused") != 0
+                  ? " (" + Int(f.Num("ssd_budget_refused")) + " past the SSD's write budget)"
+                  : std::string())});
   t.Row({"errors", Int(f.Num("checksum_failures")) + " checksum, " + Int(f.Num("io_errors")) +
                        " I/O, " + Int(f.Num("protocol_errors")) + " malformed frames, " +
                        Int(f.Num("request_errors")) + " failed requests" +

@@ -491,12 +491,14 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     const toml::table& t = *ssd;
     KVTIER_RETURN_IF_ERROR(
         CheckKnownKeys(t, path, "ssd",
-                       {"dir", "capacity", "policy", "direct_io", "io_threads", "queue",
-                        "write_through", "prepare", "fault_read_errors"}));
+                       {"dir", "capacity", "policy", "max_write_per_day", "direct_io", "io_threads",
+                        "queue", "write_through", "prepare", "fault_read_errors"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "dir", String(&c.ssd_dir)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "capacity", Bytes(&c.ssd_capacity_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "prepare", String(&c.ssd_prepare)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "policy", String(&c.ssd_policy)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, "ssd", "max_write_per_day", Bytes(&c.ssd_max_write_per_day)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "direct_io", Bool(&c.ssd_direct_io)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "io_threads", Uint32(&c.ssd_io_threads)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "queue", Uint32(&c.ssd_queue)));
@@ -572,7 +574,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   // unset flag leaves the file's value alone.
   std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
       host_admission, device_mode, device_capacity, device_policy, device_admission, ssd_capacity,
-      ssd_policy, ssd_prepare;
+      ssd_max_write_per_day, ssd_policy, ssd_prepare;
   std::optional<std::string> ssd_dir, metrics_address;
   std::optional<uint32_t> device_gpu;
   uint32_t ssd_io_threads = 0;
@@ -677,6 +679,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--ssd-capacity", ssd_capacity,
                  "ssd tier bytes" + Default(ConfigBytes(d.ssd_capacity_bytes)));
   app.add_option("--ssd-policy", ssd_policy, "ssd tier eviction policy" + Default(d.ssd_policy));
+  app.add_option("--ssd-max-write-per-day", ssd_max_write_per_day,
+                 "bytes written to the ssd per day at most, 0 = no bound" +
+                     Default(ConfigBytes(d.ssd_max_write_per_day)));
   app.add_option(
       "--ssd-prepare", ssd_prepare,
       "write the ssd slot file once: background, foreground or sparse" + Default(d.ssd_prepare));
@@ -723,11 +728,13 @@ ParsedArgs ParseArgs(int argc, char** argv) {
     if (!m) return fail(m.status().WithContext("--socket-mode"));
     c.socket_mode = *m;
   }
-  for (const Status& s : {bytes(max_payload, "--max-payload", &c.max_payload_bytes),
-                          bytes(host_capacity, "--host-capacity", &c.host_capacity_bytes),
-                          bytes(host_slab, "--host-slab", &c.host_slab_bytes),
-                          bytes(device_capacity, "--device-capacity", &c.device_capacity_bytes),
-                          bytes(ssd_capacity, "--ssd-capacity", &c.ssd_capacity_bytes)}) {
+  for (const Status& s :
+       {bytes(max_payload, "--max-payload", &c.max_payload_bytes),
+        bytes(host_capacity, "--host-capacity", &c.host_capacity_bytes),
+        bytes(host_slab, "--host-slab", &c.host_slab_bytes),
+        bytes(device_capacity, "--device-capacity", &c.device_capacity_bytes),
+        bytes(ssd_capacity, "--ssd-capacity", &c.ssd_capacity_bytes),
+        bytes(ssd_max_write_per_day, "--ssd-max-write-per-day", &c.ssd_max_write_per_day)}) {
     if (!s.ok()) return fail(s);
   }
   if (socket_owner) c.socket_owner = *socket_owner;

@@ -139,6 +139,9 @@ struct DaemonConfig {
   // space then costs ext4 an extent allocation (0.35-0.6x as fast).
   std::string ssd_prepare = "background";
   std::string ssd_policy = "adaptive";
+  // Endurance: bytes written to the SSD per day at most (demotions and
+  // write-through), 0 = no bound; blocks past it are not written.
+  uint64_t ssd_max_write_per_day = 0;
   // O_DIRECT payload I/O: no page-cache copy of cold data.
   bool ssd_direct_io = true;
   // Threads doing SSD I/O, and how many moves may wait for one: when the

@@ -352,6 +352,9 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
   f.Scalar("kvtier_ssd_shadow_blocks", kGauge,
            "Write-through copies on the SSD of blocks that live in memory",
            static_cast<double>(e.shadow_blocks));
+  f.Scalar("kvtier_ssd_write_budget_refused_blocks_total", kCounter,
+           "Blocks not written to the SSD because its write budget per day was spent",
+           static_cast<double>(e.ssd_budget_refused));
   f.Scalar("kvtier_ssd_write_through_skipped_total", kCounter,
            "Committed blocks not written through (SSD full or paused)",
            static_cast<double>(e.write_through_skipped));
@@ -549,6 +552,7 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
   add("ssd_paused", st.ssd_paused ? 1 : 0);
   add("shadow_blocks", st.shadow_blocks);
   add("write_through_skipped", st.write_through_skipped);
+  add("ssd_budget_refused", st.ssd_budget_refused);
   add("hinted_blocks", st.hinted_blocks);
   add("hinted_now", st.hinted_now);
   add("hints_used", st.hints_used);

@@ -94,6 +94,9 @@ CacheEngine::CacheEngine(const EngineOptions& options, std::unique_ptr<Tier> dev
       io_(options.io),
       copy_(options.copy != nullptr ? options.copy : options.io),
       ssd_pause_ns_(options.ssd_pause_ns),
+      ssd_budget_per_day_(options.ssd_write_budget_per_day),
+      ssd_budget_bytes_(static_cast<double>(options.ssd_write_budget_per_day) / 24),
+      ssd_budget_at_(options.clock->Now()),
       write_through_(options.ssd_write_through),
       log_(options.log),
       remote_(std::move(remote)),
@@ -341,12 +344,36 @@ void CacheEngine::Evict(EntryId id) {
     return;
   }
   if (lower) {
-    Pin(id);  // so that making room below cannot pick it
-    const Status moved = Move(id, *lower);
-    Unpin(id);  // may drop it, if an ancestor went while it moved
-    if (moved.ok() || !index_.live(id) || blocks_[id].tier != from) return;
+    const uint64_t to_ssd =
+        *lower == TierKind::kSsd ? StoredBytes(index_.ns(id), LowerForm(index_.ns(id))) : 0;
+    if (to_ssd == 0 || SsdBudgetAllows(to_ssd)) {
+      Pin(id);  // so that making room below cannot pick it
+      const Status moved = Move(id, *lower);
+      Unpin(id);  // may drop it, if an ancestor went while it moved
+      if (moved.ok()) SpendSsdBudget(to_ssd);
+      if (moved.ok() || !index_.live(id) || blocks_[id].tier != from) return;
+    }
   }
   Drop(id);
+}
+
+bool CacheEngine::SsdBudgetAllows(uint64_t bytes) {
+  if (ssd_budget_per_day_ == 0) return true;
+  const TimeNs now = clock_.Now();
+  const double per_ns = static_cast<double>(ssd_budget_per_day_) / (86400.0 * kNsPerSec);
+  const double full = static_cast<double>(ssd_budget_per_day_) / 24;
+  if (now > ssd_budget_at_) {
+    ssd_budget_bytes_ =
+        std::min(full, ssd_budget_bytes_ + per_ns * static_cast<double>(now - ssd_budget_at_));
+    ssd_budget_at_ = now;
+  }
+  if (ssd_budget_bytes_ >= static_cast<double>(bytes)) return true;
+  ++stats_.ssd_budget_refused;
+  return false;
+}
+
+void CacheEngine::SpendSsdBudget(uint64_t bytes) {
+  if (ssd_budget_per_day_ != 0) ssd_budget_bytes_ -= static_cast<double>(bytes);
 }
 
 Status CacheEngine::Move(EntryId id, TierKind to) {

@@ -113,6 +113,12 @@ struct EngineOptions {
   // SSD stop for this long: blocks leaving the host are dropped instead,
   // and the error is logged once for the burst. Default 10 s.
   TimeNs ssd_pause_ns = 10 * kNsPerSec;
+  // The SSD's endurance budget: bytes written to it per day (demotions and
+  // write-through), 0 = no bound. Spent from a bucket holding an hour's
+  // share and refilled at budget / 86,400 s; a block that would overdraw it
+  // is not written (a demotion drops it, a write-through skips it), counted
+  // in EngineStats::ssd_budget_refused.
+  uint64_t ssd_write_budget_per_day = 0;
   // Write-through: every committed block is also written to the ssd tier at
   // once (a shadow copy), so a crash loses nothing committed that fits the
   // disk, and a later demotion costs no write. Default off (write-back: a
@@ -246,6 +252,7 @@ struct EngineStats {
   bool ssd_paused = false;             // admission to the ssd tier stopped after an error
   uint64_t shadow_blocks = 0;          // write-through copies on the ssd of blocks in memory
   uint64_t write_through_skipped = 0;  // committed blocks not written through (full, paused)
+  uint64_t ssd_budget_refused = 0;     // blocks not written to the ssd: its write budget spent
   // Hints (CacheEngine::Hint).
   uint64_t hinted_blocks = 0;    // blocks a hint began to protect
   uint64_t hints_used = 0;       // hinted blocks acquired while protected
@@ -591,6 +598,10 @@ class CacheEngine {
   // not.
   Result<SlotId> MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints = true,
                           std::optional<uint64_t> admit = std::nullopt);
+  // Whether the ssd's write budget has `bytes` left now (refilling it
+  // first); false counts a refusal. SpendSsdBudget takes them once written.
+  bool SsdBudgetAllows(uint64_t bytes);
+  void SpendSsdBudget(uint64_t bytes);
   // Moves the victim to the next tier down, or drops it from the last.
   void Evict(EntryId id);
   // Copies the block into `to` and frees its old slot. REQUIRES: pinned.
@@ -757,6 +768,11 @@ class CacheEngine {
   IoExecutor* copy_ = nullptr;  // options.copy, else io_
   TimeNs ssd_pause_ns_ = 0;
   TimeNs ssd_paused_until_ = 0;
+  // The ssd's write budget (EngineOptions::ssd_write_budget_per_day): bytes
+  // per day, 0 = none; the bucket's bytes and when it was last refilled.
+  uint64_t ssd_budget_per_day_ = 0;
+  double ssd_budget_bytes_ = 0;
+  TimeNs ssd_budget_at_ = 0;
   std::unordered_map<EntryId, Promotion> promotions_;
   std::unordered_map<uint64_t, PendingAcquire> pending_acquires_;
   uint64_t moves_in_flight_ = 0;

@@ -144,6 +144,7 @@ bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
   if (clock_.Now() < ssd_paused_until_) return false;
   const Quantize form = LowerForm(index_.ns(id));
   const uint64_t stored_bytes = StoredBytes(index_.ns(id), form);
+  if (!SsdBudgetAllows(stored_bytes)) return false;
   Pin(id);  // making room below must not pick it (nor its removal drop it)
   Result<SlotId> slot = MakeRoom(to, stored_bytes);
   if (!slot) {
@@ -163,6 +164,7 @@ bool CacheEngine::DemoteAsync(EntryId id, TierKind to) {
     Unpin(id);
     return false;
   }
+  SpendSsdBudget(stored_bytes);
   Emit(BlockEvent::Kind::kRemoved, id, blocks_[id].tier);
   LeaveTier(id);
   EnterTier(id, to, *slot);

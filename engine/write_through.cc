@@ -15,9 +15,12 @@ void CacheEngine::StartShadow(EntryId id) {
   Tier* ssd = tier(TierKind::kSsd);
   if (blocks_[id].has_shadow || blocks_[id].tier == TierKind::kSsd) return;
   const Quantize form = LowerForm(index_.ns(id));
+  const uint64_t stored_bytes = StoredBytes(index_.ns(id), form);
   Result<SlotId> slot = clock_.Now() < ssd_paused_until_
                             ? Result<SlotId>(UnavailableError("paused"))
-                            : MakeRoom(TierKind::kSsd, StoredBytes(index_.ns(id), form));
+                        : !SsdBudgetAllows(stored_bytes)
+                            ? Result<SlotId>(ResourceExhaustedError("write budget spent"))
+                            : MakeRoom(TierKind::kSsd, stored_bytes);
   if (!slot) {
     ++stats_.write_through_skipped;
     return;
@@ -32,6 +35,7 @@ void CacheEngine::StartShadow(EntryId id) {
     ++stats_.write_through_skipped;
     return;
   }
+  SpendSsdBudget(stored_bytes);
   Pin(id);  // until the write lands, so the shadow cannot outlive its block
   Block& b = blocks_[id];
   b.has_shadow = true;

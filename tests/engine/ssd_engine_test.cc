@@ -269,6 +269,31 @@ TEST_F(SsdEngineTest, FullDiskStopsAdmissionAndTheHostKeepsServing) {
   EXPECT_FALSE(engine_->Stats().ssd_paused);
 }
 
+// The SSD's endurance budget: an hour's share (8 blocks here) can be written
+// at once; past it, blocks leaving the host are dropped instead of written,
+// and counted; the budget refills with time.
+TEST_F(SsdEngineTest, AWriteBudgetBoundsWhatGoesToDisk) {
+  ssd_write_budget_ = 24 * 8 * 4096;  // a day's bytes: 8 blocks an hour
+  Build(4, 64);
+  for (uint64_t stem = 1; stem <= 4; ++stem) {
+    Put(*engine_, ns_, Chain(stem, 4));  // each evicts the chain before it
+    io_.RunAll();
+  }
+  EngineStats s = engine_->Stats();
+  EXPECT_EQ(Where(Chain(1, 4)), std::vector<TierKind>(4, TierKind::kSsd));
+  EXPECT_EQ(Where(Chain(2, 4)), std::vector<TierKind>(4, TierKind::kSsd));
+  EXPECT_EQ(Where(Chain(3, 4)).size(), 0u);  // the hour's 8 blocks were spent
+  EXPECT_EQ(s.ssd_budget_refused, 4u);
+  EXPECT_EQ(s.demotions_dropped, 4u);
+  EXPECT_EQ(s.tiers[2].demotions_in, 8u);
+  // Half an hour refills half of it: the next chain's 4 blocks go down.
+  clock_.Advance(1800 * kNsPerSec);
+  Put(*engine_, ns_, Chain(5, 4));
+  io_.RunAll();
+  EXPECT_EQ(Where(Chain(4, 4)), std::vector<TierKind>(4, TierKind::kSsd));
+  EXPECT_EQ(engine_->Stats().ssd_budget_refused, 4u);
+}
+
 TEST_F(SsdEngineTest, WriteThroughPutsEveryCommittedBlockOnDisk) {
   Build(8, 64, false, /*write_through=*/true);
   const auto a = Chain(1, 3);
