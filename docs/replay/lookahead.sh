@@ -5,9 +5,10 @@
 #
 #   docs/replay/lookahead.sh [path/to/kvtier]     (default: build/cli/kvtier)
 #
-# Per trace: lookahead-<trace>.txt (the tables, with the share of the
-# LRU->OPT gap closed), .csv and .json (both sweeps, plain lru and opt
-# once), and one plot per kind (-requests.svg, -seconds.svg). A queue is
+# Per trace: lookahead-<trace>.txt (the tables, with the share of the gap
+# to OPT each run closes against its own policy without hints), .csv and
+# .json (both sweeps, plain lru and opt once), and one plot per kind
+# (-requests.svg, -seconds.svg). A queue is
 # measured in requests or in seconds, never both in one run, hence two
 # sweeps per trace.
 set -euo pipefail
