@@ -93,6 +93,15 @@ def measure_load(seconds: float = 1.0) -> Load:
     return Load(busy, others[:4])
 
 
+def git(*args: str) -> str:
+    """git's output in the checkout, or "" where there is no git or no checkout
+    (a source tarball, a fresh machine without git)."""
+    if shutil.which("git") is None:
+        return ""
+    r = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
 def machine() -> dict[str, str]:
     model = "unknown CPU"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -103,10 +112,8 @@ def machine() -> dict[str, str]:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemTotal:"):
             mem = int(line.split()[1]) // (1024 * 1024)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown (not a git checkout, or no git)"
+    dirty = git("status", "--porcelain", "--untracked-files=no")
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cpu": f"{os.cpu_count()} × {model}",
