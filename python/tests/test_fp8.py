@@ -22,6 +22,7 @@ layer's relative L2 error.
 
 from __future__ import annotations
 
+import time
 from typing import Dict, List
 
 import numpy as np
@@ -149,6 +150,11 @@ def test_quantize_lower_keeps_demoted_blocks_in_fp8_through_a_warm_restart(start
         for n in range(8):
             filler = c.block_keys(list(range(1000 + n * 512, 1000 + (n + 1) * 512)))
             c.put(filler, np.concatenate(blocks * 8))
+        # Demotions to the SSD are asynchronous: a block is invisible until its write
+        # lands (seen under load: the last of the four still on its way).
+        deadline = time.monotonic() + 30
+        while c.lookup(keys).tiers != [kvtier.Tier.SSD] * 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert c.lookup(keys).tiers == [kvtier.Tier.SSD] * 4
         stats = c.stats()
         assert stats["quantized_blocks"] >= 4
