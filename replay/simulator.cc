@@ -225,6 +225,49 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
   return out;
 }
 
+// One pool of blocks ordered by next use, for Belady's rules (OPT and MIN):
+// by block number, each one's next use while cached or kAbsent (4 bytes a
+// distinct block); the cached ones by next use, furthest last (bounded by
+// the pool). Ties are blocks never used again: which of them goes changes
+// no hit.
+class BeladyPool {
+ public:
+  BeladyPool(size_t blocks, uint64_t capacity) : next_(blocks, kAbsent), capacity_(capacity) {}
+
+  // Whether `b` is cached; if so its next use becomes `next`.
+  bool Hit(uint32_t b, uint32_t next) {
+    if (next_[b] == kAbsent) return false;
+    by_next_.erase({next_[b], b});
+    next_[b] = next;
+    by_next_.insert({next, b});
+    return true;
+  }
+
+  // Caches the missed `b`, evicting the block needed furthest ahead when
+  // full; with `bypass`, only if `b` is needed sooner than that block (OPT),
+  // else always (MIN).
+  void Miss(uint32_t b, uint32_t next, bool bypass) {
+    if (capacity_ == 0) return;
+    if (held_ == capacity_) {
+      auto furthest = std::prev(by_next_.end());
+      if (bypass && furthest->first <= next) return;
+      next_[furthest->second] = kAbsent;
+      by_next_.erase(furthest);
+      --held_;
+    }
+    next_[b] = next;
+    by_next_.insert({next, b});
+    ++held_;
+  }
+
+ private:
+  static constexpr uint32_t kAbsent = kNever - 1;  // (a position is below it: refs < 2^32 - 1)
+  std::vector<uint32_t> next_;
+  std::set<std::pair<uint32_t, uint32_t>> by_next_;
+  uint64_t capacity_;
+  uint64_t held_ = 0;
+};
+
 // Belady's OPT over one pool of `capacity` blocks: on a miss the block is
 // cached, and when full, the cached block whose next use lies furthest
 // ahead (never: furthest of all) goes. Hits are the leading run, as for
@@ -233,15 +276,7 @@ Result<SimResult> SimulateOpt(const Trace& trace, const SimConfig& c, const Prog
   const double start = Now();  // refs/s counts the next-use pass too
   const std::vector<uint32_t> next_use = NextUses(trace);
   // One pool as large as all the tiers together: the bound for any split.
-  const uint64_t pool = c.device_blocks + c.host_blocks + c.ssd_blocks;
-  // By block number: its next use while cached, kAbsent while not (4 bytes
-  // a distinct block); the cached ones by next use, furthest last (bounded
-  // by the pool). Ties are the blocks never used again: which of them goes
-  // changes no hit.
-  constexpr uint32_t kAbsent = kNever - 1;  // (a position is below it: refs < 2^32 - 1)
-  std::vector<uint32_t> cached(trace.blocks.size(), kAbsent);
-  std::set<std::pair<uint32_t, uint32_t>> by_next;
-  uint64_t held = 0;
+  BeladyPool pool(trace.blocks.size(), c.device_blocks + c.host_blocks + c.ssd_blocks);
   SimResult out;
   const uint64_t every = std::max<uint64_t>(1, trace.requests.size() / 100);
   uint64_t pos = 0;
@@ -250,26 +285,12 @@ Result<SimResult> SimulateOpt(const Trace& trace, const SimConfig& c, const Prog
     bool leading = true;
     for (uint32_t b : r.blocks) {
       const uint32_t next = next_use[pos++];
-      if (cached[b] != kAbsent) {
+      if (pool.Hit(b, next)) {
         if (leading) ++hits;
-        by_next.erase({cached[b], b});
-        cached[b] = next;
-        by_next.insert({next, b});
         continue;
       }
       leading = false;
-      if (pool == 0) continue;
-      if (held == pool) {
-        // Keep the new block only if it is needed sooner than the furthest.
-        auto furthest = std::prev(by_next.end());
-        if (furthest->first <= next) continue;
-        cached[furthest->second] = kAbsent;
-        by_next.erase(furthest);
-        --held;
-      }
-      cached[b] = next;
-      by_next.insert({next, b});
-      ++held;
+      pool.Miss(b, next, /*bypass=*/true);  // kept only if needed sooner than the furthest
     }
     Account(r, hits, trace.block_tokens, &out);
     if (progress && out.requests % every == 0) progress(out.requests, trace.requests.size());
@@ -288,30 +309,16 @@ Result<uint64_t> PerBlockHits(const Trace& trace, const std::string& policy, uin
   uint64_t hits = 0;
   if (policy == "opt") {
     const std::vector<uint32_t> next_use = NextUses(trace);
-    constexpr uint32_t kAbsent = kNever - 1;
-    std::vector<uint32_t> cached(trace.blocks.size(), kAbsent);  // -> next use
-    std::set<std::pair<uint32_t, uint32_t>> by_next;
-    uint64_t held = 0;
+    BeladyPool min(trace.blocks.size(), pool);
     uint64_t pos = 0;
     for (const TraceRequest& r : trace.requests) {
       for (uint32_t b : r.blocks) {
         const uint32_t next = next_use[pos++];
-        if (cached[b] != kAbsent) {
+        if (min.Hit(b, next)) {
           ++hits;
-          by_next.erase({cached[b], b});
-          cached[b] = next;
-          by_next.insert({next, b});
-          continue;
+        } else {
+          min.Miss(b, next, /*bypass=*/false);
         }
-        if (held == pool) {
-          auto furthest = std::prev(by_next.end());
-          cached[furthest->second] = kAbsent;
-          by_next.erase(furthest);
-          --held;
-        }
-        cached[b] = next;
-        by_next.insert({next, b});
-        ++held;
       }
     }
     return hits;
