@@ -318,14 +318,20 @@ Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes, bool yield_h
       return ResourceExhaustedError("the " + std::string(TierKindName(kind)) +
                                     " tier is full of pinned blocks");
     }
-    eviction::AdmissionFilter* filter = admission_[Index(kind)];
-    if (admit && filter != nullptr && !filter->Admit(*admit, blocks_[*victim].fingerprint)) {
+    if (admit && !Admitted(kind, *admit, blocks_[*victim].fingerprint)) {
       ++stats_.tiers[Index(kind)].admission_refused;
       return ResourceExhaustedError("the " + std::string(TierKindName(kind)) +
                                     " tier's admission filter kept the block out");
     }
     Evict(*victim);
   }
+}
+
+bool CacheEngine::Admitted(TierKind kind, uint64_t candidate, uint64_t victim) {
+  eviction::AdmissionFilter* filter = admission_[Index(kind)];
+  if (filter != nullptr && !filter->Admit(candidate, victim)) return false;
+  eviction::AdmissionFilter* followed = PolicyOf(kind).admission();
+  return followed == nullptr || followed->Admit(candidate, victim);
 }
 
 void CacheEngine::Evict(EntryId id) {

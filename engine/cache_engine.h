@@ -525,10 +525,13 @@ class CacheEngine {
   // every block left is pinned or hinted, ends hint protections (unless
   // `yield_hints` is false: a prefetch never evicts another hint's block).
   // With `admit` (a new block's fingerprint), the tier's admission filter
-  // decides whether it may take each victim's room: ResourceExhausted when
-  // not.
+  // and the one its policy follows decide whether it may take each victim's
+  // room: ResourceExhausted when not.
   Result<SlotId> MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints = true,
                           std::optional<uint64_t> admit = std::nullopt);
+  // Whether the block of fingerprint `candidate` may take `victim`'s room in
+  // the full tier `kind`: its own filter's say, then its policy's.
+  bool Admitted(TierKind kind, uint64_t candidate, uint64_t victim);
   // Whether the ssd's write budget has `bytes` left now (refilling it
   // first); false counts a refusal. SpendSsdBudget takes them once written.
   bool SsdBudgetAllows(uint64_t bytes);

@@ -27,6 +27,7 @@
 
 #include "common/clock.h"
 #include "common/result.h"
+#include "eviction/admission.h"
 
 namespace kvtier::eviction {
 
@@ -115,6 +116,15 @@ class EvictionPolicy {
   // that simulates others may judge them differently.
   virtual void SetVictimsDemoted(bool demoted) { (void)demoted; }
 
+  // Whether the policy may filter admission to its tier (admission(): an
+  // adaptive policy with a candidate that filters); the engine computes a
+  // new block's fingerprint for it only then.
+  virtual bool filters_admission() const { return false; }
+  // The admission filter the policy follows now, or null: the engine asks it
+  // (after the tier's own filter, if any) whether a block not in the full
+  // tier may take the victim's room, as it asks the tier's own.
+  virtual AdmissionFilter* admission() { return nullptr; }
+
   // What an adaptive policy follows and why; nullopt for the others.
   virtual std::optional<AdaptiveReport> adaptive_report() const { return std::nullopt; }
 };
@@ -164,7 +174,10 @@ std::unique_ptr<EvictionPolicy> NewPriorityPolicy(const Clock& clock);
 std::unique_ptr<EvictionPolicy> NewLeafFirst(std::unique_ptr<EvictionPolicy> inner);
 
 struct AdaptiveOptions {
-  // The candidates, by NewPolicy() name; the first is followed until the
+  // The candidates, by NewPolicy() name, each optionally with an admission
+  // filter ("lru/seen": LRU, and a block enters the full tier only if the
+  // filter named after the slash, of AdmissionNames(), admits it; without
+  // one every block is admitted); the first is followed until the
   // samples favour another. Priority retention applies on top of all. LRU
   // first: where the samples cannot tell the candidates apart, the policy
   // is the one a user would otherwise have run. A candidate reads of a
@@ -172,7 +185,7 @@ struct AdaptiveOptions {
   // children_in_tier is 0, nothing more, as every policy NewPolicy() makes
   // does: the followed one hears of an Update only when that changes, and
   // a rebuilt one gets children_in_tier as 0 or 1.
-  std::vector<std::string> candidates = {"lru", "leaf-lru", "s3fifo"};
+  std::vector<std::string> candidates = {"lru", "leaf-lru", "s3fifo", "lru/seen", "leaf-lru/seen"};
   // Blocks each miniature cache aims to hold: the sampling rate is about
   // sample_blocks / (the tier's largest size), at most 1 / min_stride (the
   // miniature caches' cost: 1 in 8 cost 1.4-1.9x LRU's time in replay, 1 in

@@ -11,10 +11,12 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "eviction/admission.h"
 #include "eviction/eviction_policy.h"
 #include "eviction/internal/sample_index.h"
 
@@ -27,18 +29,29 @@ inline constexpr BlockId kNoBlock = 0xffff'ffffu;
 class MiniCache {
  public:
   // `index` (shared by every candidate, column `column` this one's) must
-  // outlive it.
-  MiniCache(std::unique_ptr<EvictionPolicy> policy, internal::SampleIndex* index, size_t column)
-      : policy_(std::move(policy)), index_(index), column_(column) {}
+  // outlive it, as must `admission` (null: every block admitted), whose
+  // Admit decides whether a new block may take a victim's room (the
+  // filter's evidence is the owner's to feed: every key looked up).
+  MiniCache(std::string name, std::unique_ptr<EvictionPolicy> policy, AdmissionFilter* admission,
+            internal::SampleIndex* index, size_t column)
+      : name_(std::move(name)),
+        policy_(std::move(policy)),
+        admission_(admission),
+        index_(index),
+        column_(column) {}
 
-  std::string_view name() const { return policy_->name(); }
+  // The candidate's name: its policy's, and "/<filter>" with one.
+  std::string_view name() const { return name_; }
+  AdmissionFilter* admission() const { return admission_; }
 
   // One request for `chain` (sampled keys, first first), as the engine
   // serves it; rows[i] is chain[i]'s row in the index, looked up before any
   // candidate served the request (still right for this one's column until it
   // changes the index itself), up to the first key no candidate holds (none
-  // reads past it). Returns the leading hits.
-  size_t Request(std::span<const uint64_t> chain, std::span<const uint32_t> rows, size_t capacity) {
+  // reads past it). Returns the leading hits. `filtered`: false admits every
+  // block whatever the candidate's filter (a probe, not a request).
+  size_t Request(std::span<const uint64_t> chain, std::span<const uint32_t> rows, size_t capacity,
+                 bool filtered = true) {
     run_.clear();
     for (uint32_t row : rows) {
       if (row == internal::SampleIndex::kNoRow) break;
@@ -60,7 +73,7 @@ class MiniCache {
       // one, so the row found first is still chain[i]'s after it.)
       const uint32_t row = index_->Find(chain[i]);
       if (row != internal::SampleIndex::kNoRow && index_->Get(row, column_) != kNoBlock) break;
-      if (!MakeRoom(capacity)) break;                          // skipped, with the rest
+      if (!MakeRoom(capacity, chain[i], filtered)) break;      // skipped, with the rest
       if (parent != kNoBlock && nodes_[parent].orphan) break;  // they would go at once
       parent = Add(chain[i], row, parent);
       written_.push_back(parent);
@@ -152,10 +165,13 @@ class MiniCache {
     return meta_;
   }
 
-  bool MakeRoom(size_t capacity) {
+  // Room for `fp` (a new block): false if there is none or the filter keeps
+  // it out.
+  bool MakeRoom(size_t capacity, uint64_t fp, bool filtered) {
     while (held_ >= capacity) {
       const std::optional<BlockId> v = policy_->Victim();
       if (!v) return false;
+      if (filtered && admission_ != nullptr && !admission_->Admit(fp, nodes_[*v].fp)) return false;
       Drop(*v);
     }
     return true;
@@ -251,7 +267,9 @@ class MiniCache {
     n.parent = n.prev_sibling = n.next_sibling = kNoBlock;
   }
 
+  std::string name_;
   std::unique_ptr<EvictionPolicy> policy_;
+  AdmissionFilter* admission_;
   internal::SampleIndex* index_;
   size_t column_;
   size_t held_ = 0;  // blocks in the index (orphans are not)

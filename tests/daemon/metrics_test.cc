@@ -385,7 +385,7 @@ TEST_F(MetricsTest, NamespaceHitsByTierAndMissesByReason) {
     ASSERT_EQ(lease->size(), 6u);
   }
   ASSERT_EQ(c->Lookup(keys)->tiers.size(), 6u);  // the other 4 were never stored
-  ASSERT_GE(*c->Remove(stored), 1u);  // the head, and what hangs below it
+  ASSERT_GE(*c->Remove(stored), 1u);             // the head, and what hangs below it
   ASSERT_EQ(c->Lookup(keys)->tiers.size(), 0u);  // all 10 behind a dropped block
   const Exposition m = Scrape();
   const auto sum = [&m](const std::string& family, const std::string& label) {
@@ -516,7 +516,9 @@ TEST_F(MetricsTest, AdaptivePolicyShowsWhatItFollows) {
   EXPECT_EQ(stats.at("tier.device.policy"), "adaptive");
   EXPECT_EQ(stats.at("tier.host.policy"), "lru");
   const std::string follows = stats.at("tier.device.policy_follows");
-  EXPECT_TRUE(follows == "leaf-lru" || follows == "lru" || follows == "s3fifo") << follows;
+  EXPECT_TRUE(follows == "leaf-lru" || follows == "lru" || follows == "s3fifo" ||
+              follows == "lru/seen" || follows == "leaf-lru/seen")
+      << follows;
   EXPECT_GT(std::stoull(stats.at("tier.device.policy_sampled_refs")), 0u);
   EXPECT_EQ(stats.count("tier.host.policy_follows"), 0u);
 
@@ -524,7 +526,7 @@ TEST_F(MetricsTest, AdaptivePolicyShowsWhatItFollows) {
   EXPECT_EQ(m("kvtier_eviction_policy_info{tier=\"device\",policy=\"adaptive\"}"), 1);
   EXPECT_EQ(m("kvtier_eviction_policy_info{tier=\"host\",policy=\"lru\"}"), 1);
   double followed = 0;
-  for (const char* candidate : {"lru", "leaf-lru", "s3fifo"}) {
+  for (const char* candidate : {"lru", "leaf-lru", "s3fifo", "lru/seen", "leaf-lru/seen"}) {
     const std::string labels = std::string("{tier=\"device\",candidate=\"") + candidate + "\"}";
     followed += m("kvtier_eviction_candidate_followed" + labels);
     const double rate = m("kvtier_eviction_candidate_sampled_hit_ratio" + labels);

@@ -408,7 +408,16 @@ TEST(CacheEngineAdmissionTest, AOneOffBlockDisplacesNothingUntilItIsSeenTwice) {
   ASSERT_EQ(Put(e, ns, hot), 4u);  // room to spare: no filter asked
   const auto doc = Chain(2, 2);
   ASSERT_EQ(e.Lookup(ns, doc)->hits, 0u);  // its first sighting
-  EXPECT_EQ(Put(e, ns, doc), 0u);          // kept out
+  {
+    // Kept out: not an error, a write with every block skipped.
+    auto kept_out = e.Allocate(ns, std::nullopt, doc, TierKind::kHost);
+    ASSERT_TRUE(kept_out.ok()) << kept_out.status().ToString();
+    EXPECT_EQ(kept_out->allocated(), 0u);
+    for (size_t i = 0; i < kept_out->size(); ++i) {
+      EXPECT_EQ(kept_out->state(i), WriteState::kSkipped);
+    }
+    EXPECT_TRUE(kept_out->Commit().ok());
+  }
   EXPECT_EQ(e.Lookup(ns, hot)->hits, 4u);  // nothing of the hot chain went
   EngineStats st = e.Stats();
   const TierStats& h = st.tiers[static_cast<size_t>(TierKind::kHost)];

@@ -201,6 +201,45 @@ TEST(AdaptivePolicyTest, BadOptionsAreRefused) {
   AdaptiveOptions stride;
   stride.min_stride = 6;
   EXPECT_FALSE(NewAdaptivePolicy(clock, stride).ok());
+  // A filtered candidate is its policy's filter: the policy must be a
+  // candidate too, and comes first.
+  const auto refused = [&](std::vector<std::string> candidates) {
+    AdaptiveOptions o;
+    o.candidates = std::move(candidates);
+    auto p = NewAdaptivePolicy(clock, o);
+    return p.ok() ? std::string() : std::string(p.status().message());
+  };
+  EXPECT_EQ(refused({"lru", "leaf-lru/seen"}),
+            "adaptive: candidate 'leaf-lru/seen' needs 'leaf-lru' among the candidates: it is "
+            "followed as that policy's filter");
+  EXPECT_EQ(refused({"lru/seen", "lru"}),
+            "adaptive: the first candidate, followed at the start, has no filter");
+  EXPECT_EQ(refused({"lru", "lru/nope"}),
+            "adaptive: candidate 'lru/nope': unknown admission filter 'nope' (off, seen, tinylfu)");
+  EXPECT_EQ(refused({"lru", "lru/off"}),
+            "adaptive: candidate 'lru/off': 'off' is no filter: name the policy alone");
+  EXPECT_EQ(refused({"lru", "lru/seen", "lru/tinylfu"}), "");
+}
+
+// The default candidates include filtered ones: the policy may filter
+// admission, and reports them by name; until the tier is full it follows
+// no filter.
+TEST(AdaptivePolicyTest, DefaultCandidatesIncludeFilteredOnes) {
+  ManualClock clock;
+  auto p = NewAdaptivePolicy(clock);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE((*p)->filters_admission());
+  EXPECT_EQ((*p)->admission(), nullptr);
+  std::vector<std::string> names;
+  const std::optional<AdaptiveReport> report = (*p)->adaptive_report();
+  ASSERT_TRUE(report.has_value());
+  for (const CandidateReport& c : report->candidates) names.push_back(c.name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"lru", "leaf-lru", "s3fifo", "lru/seen", "leaf-lru/seen"}));
+  AdaptiveOptions plain;
+  plain.candidates = {"lru", "s3fifo"};
+  EXPECT_FALSE((*NewAdaptivePolicy(clock, plain))->filters_admission());
+  EXPECT_FALSE((*NewPolicy("lru", clock))->filters_admission());
 }
 
 }  // namespace
