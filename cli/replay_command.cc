@@ -34,6 +34,7 @@ struct ReplayOptions {
   uint64_t ssd_blocks = 0;
   uint64_t block_bytes = 2 << 20;
   std::string quantize_lower = "off";
+  std::string ssd_max_write_per_day = "0";
   std::string json, csv, plot;
   bool quiet = false;
   bool per_block = false;
@@ -163,6 +164,19 @@ int Run(const ReplayOptions& o) {
                  o.combine.c_str());
     return 2;
   }
+  const Result<uint64_t> budget = ParseBytes(o.ssd_max_write_per_day);
+  if (!budget) {
+    std::fprintf(stderr, "kvtier replay: --ssd-max-write-per-day: %s\n",
+                 std::string(budget.status().message()).c_str());
+    return 2;
+  }
+  if (*budget != 0 && (o.live || o.ssd_blocks == 0)) {
+    std::fprintf(stderr, "kvtier replay: --ssd-max-write-per-day: %s\n",
+                 o.live ? "with --live the budget is kvtierd's own setting"
+                        : "there is no ssd to budget: give --ssd-blocks too");
+    return 2;
+  }
+  const uint64_t ssd_budget = *budget;
   const bool concat = o.combine == "concat";
   auto trace = replay::ReadTraces(o.traces,
                                   concat ? replay::Combine::kConcat : replay::Combine::kInterleave);
@@ -235,6 +249,7 @@ int Run(const ReplayOptions& o) {
           c.lookahead_requests = ahead.requests;
           c.lookahead_seconds = ahead.seconds;
           c.admission = admission;
+          c.ssd_write_budget_per_day = ssd_budget;
           // The textbook count has no hints: the plain run's says it all.
           c.per_block = o.per_block && ahead.requests == 0 && ahead.seconds == 0;
           replay::SimResult named;
@@ -322,6 +337,10 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
                   "bytes moved count each block as it moves (opt runs without it); --live: the "
                   "namespace's setting [off]")
       ->capture_default_str();
+  cmd->add_option("--ssd-max-write-per-day", o->ssd_max_write_per_day,
+                  "the ssd's endurance budget, as kvtierd's setting of that name: bytes a day "
+                  "(100G, 1T), each demotion spending --block-bytes, refilled on the trace's "
+                  "clock; a block leaving the host past it is dropped [0 = none]");
   cmd->add_option("--json", o->json, "write one record per policy and capacity");
   cmd->add_option("--csv", o->csv, "write the table as CSV");
   cmd->add_option("--plot", o->plot, "write an SVG plot: token hit rate against capacity");

@@ -66,6 +66,19 @@ bool AnyAdmission(const std::vector<SimResult>& all) {
   return std::any_of(all.begin(), all.end(), [](const SimResult& r) { return !r.admits_all(); });
 }
 
+// Whether a run kept blocks out: a filter named, or one the adaptive policy
+// followed of its own.
+bool AnyRefused(const std::vector<SimResult>& all) {
+  return AnyAdmission(all) || std::any_of(all.begin(), all.end(), [](const SimResult& r) {
+           return r.admission_refused > 0;
+         });
+}
+
+bool AnyBudgetRefused(const std::vector<SimResult>& all) {
+  return std::any_of(all.begin(), all.end(),
+                     [](const SimResult& r) { return r.ssd_budget_refused > 0; });
+}
+
 std::string Fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
@@ -136,14 +149,15 @@ std::string FormatTable(const std::vector<SimResult>& results) {
   char line[512];
   const bool per_block = AnyPerBlock(results);
   const bool lookahead = AnyLookahead(results);
-  const bool admission = AnyAdmission(results);
+  const bool refusals = AnyRefused(results);
+  const bool budget = AnyBudgetRefused(results);
   int width = 14;  // the policy column; wider for long lookahead labels
   for (const SimResult& r : results) width = std::max(width, static_cast<int>(r.label().size()));
-  std::snprintf(line, sizeof line, "%-*s %12s %10s %10s %10s%s %10s %12s %12s %12s%s%s\n", width,
+  std::snprintf(line, sizeof line, "%-*s %12s %10s %10s %10s%s %10s %12s %12s %12s%s%s%s\n", width,
                 "policy", "capacity", "block hit", "token hit", "gap OPT",
                 per_block ? "  per-block" : "", "hits ssd", "demotions", "moved", "refs/s",
                 lookahead ? "       hinted    hint used  hint yield" : "",
-                admission ? "  not admitted" : "");
+                refusals ? "  not admitted" : "", budget ? "  over budget" : "");
   out += line;
   for (const SimResult& r : results) {
     const SimResult* opt = OptAt(results, r.capacity_blocks);
@@ -163,14 +177,16 @@ std::string FormatTable(const std::vector<SimResult>& results) {
       hints = h;
     }
     const std::string refused =
-        admission ? Fmt(" %13.0f", static_cast<double>(r.admission_refused)) : std::string();
+        refusals ? Fmt(" %13.0f", static_cast<double>(r.admission_refused)) : std::string();
+    const std::string over =
+        budget ? Fmt(" %12.0f", static_cast<double>(r.ssd_budget_refused)) : std::string();
     std::snprintf(line, sizeof line,
-                  "%-*s %12llu %10.4f %10.4f %10s%s %10llu %12llu %12s %12.3g%s%s\n", width,
+                  "%-*s %12llu %10.4f %10.4f %10s%s %10llu %12llu %12s %12.3g%s%s%s\n", width,
                   r.label().c_str(), static_cast<unsigned long long>(r.capacity_blocks),
                   r.block_hit_rate(), r.token_hit_rate(), gap.c_str(), textbook.c_str(),
                   static_cast<unsigned long long>(r.hits_per_tier[2]),
                   static_cast<unsigned long long>(r.demotions), FormatBytes(r.bytes_moved).c_str(),
-                  r.refs_per_second(), hints.c_str(), refused.c_str());
+                  r.refs_per_second(), hints.c_str(), refused.c_str(), over.c_str());
     out += line;
   }
   for (const SimResult& r : results) {
@@ -199,11 +215,14 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
   const bool per_block = AnyPerBlock(results);
   const bool lookahead = AnyLookahead(results);
   const bool admission = AnyAdmission(results);
+  const bool refusals = AnyRefused(results);
+  const bool budget = AnyBudgetRefused(results);
   if (per_block) out += ",per_block_hit_rate";
   if (lookahead)
     out += ",lookahead_requests,lookahead_seconds,hinted_blocks,hints_used,hints_yielded";
-  if (admission) out += ",admission,admission_refused";
+  if (refusals) out += ",admission,admission_refused";
   if (lookahead || admission) out += ",gap_closed";
+  if (budget) out += ",ssd_budget_refused";
   out += "\n";
   for (const SimResult& r : results) {
     const SimResult* opt = OptAt(results, r.capacity_blocks);
@@ -235,13 +254,12 @@ std::string FormatCsv(const std::vector<SimResult>& results) {
                     static_cast<unsigned long long>(r.hints_yielded));
       out += line;
     }
-    if (admission) {
-      out += "," + r.admission + "," + std::to_string(r.admission_refused);
-    }
+    if (refusals) out += "," + r.admission + "," + std::to_string(r.admission_refused);
     if (lookahead || admission) {
       const std::optional<double> closed = GapClosed(results, r);
       out += closed ? Fmt(",%.6f", *closed) : std::string(",");
     }
+    if (budget) out += "," + std::to_string(r.ssd_budget_refused);
     out += "\n";
   }
   return out;
@@ -292,10 +310,11 @@ std::string FormatJson(const std::vector<SimResult>& results) {
       j["hints_used"] = r.hints_used;
       j["hints_yielded"] = r.hints_yielded;
     }
-    if (admission) {
+    if (admission || r.admission_refused > 0) {
       j["admission"] = r.admission;
       j["admission_refused"] = r.admission_refused;
     }
+    if (r.ssd_budget_refused > 0) j["ssd_budget_refused"] = r.ssd_budget_refused;
     if (const std::optional<double> closed = GapClosed(results, r)) j["gap_closed"] = *closed;
     if (r.per_block) {
       j["per_block_hits"] = r.per_block_hits;

@@ -107,7 +107,13 @@ std::vector<uint32_t> NextUses(const Trace& trace) {
 
 Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
                                  const ProgressFn& progress) {
+  // The engine runs on the trace's clock, set to each request's time before
+  // it: what decays or refills with time (LFU's aging, the ssd's write
+  // budget) does so as in the recorded traffic, and a run is the same on
+  // any machine.
+  ManualClock clock;
   engine::EngineOptions options;
+  options.clock = &clock;
   options.device_policy = options.host_policy = options.ssd_policy = c.policy;
   std::optional<OracleAdmission> oracle;
   std::vector<uint32_t> next_use;  // the oracle's
@@ -134,6 +140,11 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
     layout.head_dim = static_cast<uint32_t>(c.block_bytes / per_dim);
     slot = AlignUp(c.block_bytes, tiers::kSlotPageBytes);
   }
+  // The budget is of --block-bytes blocks; the engine's plain blocks are
+  // smaller (one page holds one), so it spends the budget scaled alike.
+  options.ssd_write_budget_per_day = static_cast<uint64_t>(
+      static_cast<double>(c.ssd_write_budget_per_day) * static_cast<double>(layout.BlockBytes()) /
+      static_cast<double>(c.block_bytes));
   auto engine = engine::CacheEngine::Create(
       options,
       c.device_blocks ? tiers::NewMetadataTier(TierKind::kDevice, c.device_blocks * slot) : nullptr,
@@ -158,6 +169,8 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
   uint64_t position = 0;  // of the request's first block reference
   for (size_t i = 0; i < n; ++i) {
     const TraceRequest& r = trace.requests[i];
+    const auto at = static_cast<TimeNs>(r.time_s * static_cast<double>(kNsPerSec));
+    if (at > clock.Now()) clock.Advance(at - clock.Now());  // (never back: files combined)
     if (lookahead) {
       // Requests i..i+N, or those due within S seconds of this one, are
       // queued: each is hinted once, as it enters.
@@ -214,6 +227,7 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
   out.hinted_blocks = st.hinted_blocks;
   out.hints_used = st.hints_used;
   out.hints_yielded = st.hints_yielded;
+  out.ssd_budget_refused = st.ssd_budget_refused;
   for (const engine::TierStats& t : st.tiers) {
     out.admission_refused += t.admission_refused;
     out.demotions += t.demotions_in;

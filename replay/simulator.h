@@ -59,6 +59,10 @@ struct SimConfig {
   // as OPT does): what admission alone could add to the policy. Engine
   // policies only, and "oracle" without lookahead.
   std::string admission = "off";
+  // The ssd's endurance budget, bytes a day (engine::EngineOptions::
+  // ssd_write_budget_per_day; 0: none), spent by block_bytes a demotion and
+  // refilled on the trace's clock.
+  uint64_t ssd_write_budget_per_day = 0;
 };
 
 // The oracle's horizon, in capacities' worth of block references: the best
@@ -94,6 +98,9 @@ struct SimResult {
   // SimConfig's admission, and the blocks it kept out of the tiers.
   std::string admission = "off";
   uint64_t admission_refused = 0;
+  // Blocks leaving the host that the ssd's write budget dropped instead
+  // (engine::EngineStats::ssd_budget_refused).
+  uint64_t ssd_budget_refused = 0;
   // With SimConfig::per_block: the hits of the textbook per-block cache of
   // the same policy and total capacity, where every block reference counts
   // on its own (a hit need not be leading) and every missed block is

@@ -309,5 +309,62 @@ TEST(SimulatorTest, AdmissionFiltersKeepOneOffBlocksOut) {
             std::string_view::npos);
 }
 
+// A trace of one-block requests, (block, time in seconds) each.
+Trace OneBlockRequests(const std::vector<std::pair<uint32_t, double>>& requests) {
+  Trace t;
+  t.block_tokens = 16;
+  for (const auto& [block, time] : requests) {
+    TraceRequest r;
+    r.blocks = {block};
+    r.time_s = time;
+    r.input_tokens = 16;
+    t.requests.push_back(r);
+  }
+  NameBlocksByNumber(&t);
+  return t;
+}
+
+// The engine runs on the trace's clock: LFU's counts halve every minute of
+// the trace, not of the machine (whose replay lasts milliseconds). Block 1
+// is asked 10 times at the start, block 2 twice 1,000 s later; block 3 then
+// needs one of their two places: on the trace's clock 1's count has decayed
+// to nothing and it goes (its last request misses), where a clock standing
+// still would have kept it over 2.
+TEST(SimulatorTest, TheEngineRunsOnTheTracesClock) {
+  std::vector<std::pair<uint32_t, double>> requests;
+  for (int i = 0; i < 10; ++i) requests.emplace_back(1, i);
+  requests.insert(requests.end(), {{2, 1000}, {2, 1001}, {3, 1002}, {1, 1003}});
+  SimConfig c;
+  c.policy = "lfu";
+  c.host_blocks = 2;
+  auto r = Simulate(OneBlockRequests(requests), c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->block_hits, 9u + 1u);  // 1's nine repeats, 2's second; not 1's last
+}
+
+// The ssd's endurance budget in replay: a day's budget of 240 blocks holds
+// an hour's share, 10 blocks, refilled at 240 a day (nothing in the trace's
+// 100 s): of 99 blocks leaving a one-block host, 10 reach the ssd and 89
+// are dropped, counted.
+TEST(SimulatorTest, TheSsdWriteBudgetBoundsDemotionsOnTheTracesClock) {
+  std::vector<std::pair<uint32_t, double>> requests;
+  for (uint32_t i = 0; i < 100; ++i) requests.emplace_back(i, i);
+  SimConfig c;
+  c.policy = "lru";
+  c.host_blocks = 1;
+  c.ssd_blocks = 1000;
+  c.block_bytes = 1 << 20;
+  c.ssd_write_budget_per_day = 240 * c.block_bytes;
+  auto r = Simulate(OneBlockRequests(requests), c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->demotions, 10u);
+  EXPECT_EQ(r->ssd_budget_refused, 89u);
+  c.ssd_write_budget_per_day = 0;  // no budget: every one
+  r = Simulate(OneBlockRequests(requests), c);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->demotions, 99u);
+  EXPECT_EQ(r->ssd_budget_refused, 0u);
+}
+
 }  // namespace
 }  // namespace kvtier::replay
