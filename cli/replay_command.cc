@@ -35,6 +35,7 @@ struct ReplayOptions {
   uint64_t block_bytes = 2 << 20;
   std::string quantize_lower = "off";
   std::string ssd_max_write_per_day = "0";
+  std::string ssd_admission = "off";
   std::string json, csv, plot;
   bool quiet = false;
   bool per_block = false;
@@ -177,6 +178,19 @@ int Run(const ReplayOptions& o) {
     return 2;
   }
   const uint64_t ssd_budget = *budget;
+  if (o.ssd_admission != "off") {
+    if (o.ssd_blocks == 0 || o.live) {
+      std::fprintf(stderr, "kvtier replay: --ssd-admission: %s\n",
+                   o.live ? "with --live the filter is kvtierd's own setting"
+                          : "there is no ssd to filter: give --ssd-blocks too");
+      return 2;
+    }
+    if (auto f = eviction::NewAdmissionFilter(o.ssd_admission); !f) {
+      std::fprintf(stderr, "kvtier replay: --ssd-admission: %s\n",
+                   std::string(f.status().message()).c_str());
+      return 2;
+    }
+  }
   const bool concat = o.combine == "concat";
   auto trace = replay::ReadTraces(o.traces,
                                   concat ? replay::Combine::kConcat : replay::Combine::kInterleave);
@@ -250,6 +264,7 @@ int Run(const ReplayOptions& o) {
           c.lookahead_seconds = ahead.seconds;
           c.admission = admission;
           c.ssd_write_budget_per_day = ssd_budget;
+          c.ssd_admission = o.ssd_admission;
           // The textbook count has no hints: the plain run's says it all.
           c.per_block = o.per_block && ahead.requests == 0 && ahead.seconds == 0;
           replay::SimResult named;
@@ -341,6 +356,9 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
                   "the ssd's endurance budget, as kvtierd's setting of that name: bytes a day "
                   "(100G, 1T), each demotion spending --block-bytes, refilled on the trace's "
                   "clock; a block leaving the host past it is dropped [0 = none]");
+  cmd->add_option("--ssd-admission", o->ssd_admission,
+                  "which blocks leaving the host are written to the ssd, as kvtierd's setting "
+                  "of that name: off | seen | tinylfu [off]");
   cmd->add_option("--json", o->json, "write one record per policy and capacity");
   cmd->add_option("--csv", o->csv, "write the table as CSV");
   cmd->add_option("--plot", o->plot, "write an SVG plot: token hit rate against capacity");

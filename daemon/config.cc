@@ -381,7 +381,7 @@ Status DaemonConfig::Validate() const {
     for (std::string_view n : eviction::PolicyNames()) known = known || n == *p;
     if (!known) return InvalidArgumentError("unknown eviction policy '" + *p + "'");
   }
-  for (const std::string* a : {&host_admission, &device_admission}) {
+  for (const std::string* a : {&host_admission, &device_admission, &ssd_admission}) {
     KVTIER_RETURN_IF_ERROR(eviction::NewAdmissionFilter(*a).status());
   }
   return Status::Ok();
@@ -491,12 +491,13 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     const toml::table& t = *ssd;
     KVTIER_RETURN_IF_ERROR(
         CheckKnownKeys(t, path, "ssd",
-                       {"dir", "capacity", "policy", "max_write_per_day", "direct_io", "io_threads",
-                        "queue", "write_through", "prepare", "fault_read_errors"}));
+                       {"dir", "capacity", "policy", "admission", "max_write_per_day", "direct_io",
+                        "io_threads", "queue", "write_through", "prepare", "fault_read_errors"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "dir", String(&c.ssd_dir)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "capacity", Bytes(&c.ssd_capacity_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "prepare", String(&c.ssd_prepare)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "policy", String(&c.ssd_policy)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "admission", String(&c.ssd_admission)));
     KVTIER_RETURN_IF_ERROR(
         ReadKey(t, path, "ssd", "max_write_per_day", Bytes(&c.ssd_max_write_per_day)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "ssd", "direct_io", Bool(&c.ssd_direct_io)));
@@ -574,7 +575,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   // unset flag leaves the file's value alone.
   std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
       host_admission, device_mode, device_capacity, device_policy, device_admission, ssd_capacity,
-      ssd_max_write_per_day, ssd_policy, ssd_prepare;
+      ssd_max_write_per_day, ssd_policy, ssd_admission, ssd_prepare;
   std::optional<std::string> ssd_dir, metrics_address;
   std::optional<uint32_t> device_gpu;
   uint32_t ssd_io_threads = 0;
@@ -679,6 +680,10 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--ssd-capacity", ssd_capacity,
                  "ssd tier bytes" + Default(ConfigBytes(d.ssd_capacity_bytes)));
   app.add_option("--ssd-policy", ssd_policy, "ssd tier eviction policy" + Default(d.ssd_policy));
+  app.add_option("--ssd-admission", ssd_admission,
+                 "which blocks leaving the host are written to the ssd: off (all) | seen (those "
+                 "looked up again since written) | tinylfu" +
+                     Default(d.ssd_admission));
   app.add_option("--ssd-max-write-per-day", ssd_max_write_per_day,
                  "bytes written to the ssd per day at most, 0 = no bound" +
                      Default(ConfigBytes(d.ssd_max_write_per_day)));
@@ -771,6 +776,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (!device_admission.empty()) c.device_admission = device_admission;
   if (ssd_dir) c.ssd_dir = *ssd_dir;
   if (!ssd_policy.empty()) c.ssd_policy = ssd_policy;
+  if (!ssd_admission.empty()) c.ssd_admission = ssd_admission;
   if (!ssd_prepare.empty()) c.ssd_prepare = ssd_prepare;
   if (ssd_io_threads != 0) c.ssd_io_threads = ssd_io_threads;
   if (write_through) c.ssd_write_through = true;

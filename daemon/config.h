@@ -139,6 +139,11 @@ struct DaemonConfig {
   // space then costs ext4 an extent allocation (0.35-0.6x as fast).
   std::string ssd_prepare = "background";
   std::string ssd_policy = "adaptive";
+  // Which blocks leaving the host are written to the ssd at all
+  // (eviction::AdmissionNames(); engine::EngineOptions::ssd_admission):
+  // "seen" writes only those looked up again since they were written,
+  // sparing the disk's endurance the blocks used once.
+  std::string ssd_admission = "off";
   // Endurance: bytes written to the SSD per day at most (demotions and
   // write-through), 0 = no bound; blocks past it are not written.
   uint64_t ssd_max_write_per_day = 0;

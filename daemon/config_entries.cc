@@ -85,6 +85,7 @@ std::vector<ConfigEntry> ConfigEntries(const DaemonConfig& c) {
       {"ssd.capacity", Quoted(ConfigBytes(c.ssd_capacity_bytes))},
       {"ssd.prepare", Quoted(c.ssd_prepare)},
       {"ssd.policy", Quoted(c.ssd_policy)},
+      {"ssd.admission", Quoted(c.ssd_admission)},
       {"ssd.max_write_per_day", Quoted(ConfigBytes(c.ssd_max_write_per_day))},
       {"ssd.direct_io", Bool(c.ssd_direct_io)},
       {"ssd.io_threads", Num(c.ssd_io_threads)},

@@ -118,6 +118,7 @@ Result<std::unique_ptr<engine::CacheEngine>> BuildEngine(
   options.device_policy = c.device_policy;
   options.ssd_policy = c.ssd_policy;
   options.host_admission = c.host_admission;
+  options.ssd_admission = c.ssd_admission;
   options.ssd_write_budget_per_day = c.ssd_max_write_per_day;
   options.device_admission = c.device_admission;
   options.io = io;

@@ -70,7 +70,9 @@ Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& op
     engine->references_wanted_ |= engine->policies_[Index(kind)]->wants_references();
   }
   const std::pair<TierKind, const std::string*> admissions[] = {
-      {TierKind::kDevice, &options.device_admission}, {TierKind::kHost, &options.host_admission}};
+      {TierKind::kDevice, &options.device_admission},
+      {TierKind::kHost, &options.host_admission},
+      {TierKind::kSsd, &options.ssd_admission}};
   for (const auto& [kind, name] : admissions) {
     auto filter = eviction::NewAdmissionFilter(*name);
     if (!filter) return filter.status().WithContext(std::string(TierKindName(kind)) + " tier");
@@ -228,8 +230,13 @@ void CacheEngine::TellReferences(NamespaceId ns, std::span<const BlockKey> keys)
   for (size_t i = 0; i < kNumTierKinds; ++i) {
     eviction::AdmissionFilter* f = admission_[i];
     if (f == nullptr) continue;
-    // What it remembers grows with the tier (in doublings: rarely told).
-    const size_t held = policies_[i]->size();
+    // What it remembers grows with the tier (in doublings: rarely told);
+    // the ssd's, which decides what enters it from the host, with both (an
+    // ssd that refuses most blocks holds few, and a sketch sized to those
+    // few would forget every lookup before the block leaves the host).
+    size_t held = policies_[i]->size();
+    if (static_cast<TierKind>(i) == TierKind::kSsd)
+      held += policies_[Index(TierKind::kHost)]->size();
     if (held > admission_sized_[i]) {
       admission_sized_[i] = 2 * held;
       f->SetCapacity(admission_sized_[i]);
@@ -327,6 +334,13 @@ Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes, bool yield_h
   }
 }
 
+bool CacheEngine::SsdAdmits(EntryId id) {
+  eviction::AdmissionFilter* filter = admission_[Index(TierKind::kSsd)];
+  if (filter == nullptr || filter->Admit(blocks_[id].fingerprint, 0)) return true;
+  ++stats_.tiers[Index(TierKind::kSsd)].admission_refused;
+  return false;
+}
+
 bool CacheEngine::Admitted(TierKind kind, uint64_t candidate, uint64_t victim) {
   eviction::AdmissionFilter* filter = admission_[Index(kind)];
   if (filter != nullptr && !filter->Admit(candidate, victim)) return false;
@@ -341,6 +355,10 @@ void CacheEngine::Evict(EntryId id) {
   // made now (whether it goes to the ssd or nowhere).
   if (from == TierKind::kHost && remote_ != nullptr) WriteRemote(id);
   const std::optional<TierKind> lower = LowerTier(from);
+  if (lower == TierKind::kSsd && !blocks_[id].has_shadow && !SsdAdmits(id)) {
+    Drop(id);
+    return;
+  }
   if (lower && tiers_[Index(*lower)]->io_bound()) {
     if (!DemoteAsync(id, *lower)) {
       ++stats_.demotions_dropped;

@@ -532,6 +532,9 @@ class CacheEngine {
   // Whether the block of fingerprint `candidate` may take `victim`'s room in
   // the full tier `kind`: its own filter's say, then its policy's.
   bool Admitted(TierKind kind, uint64_t candidate, uint64_t victim);
+  // Whether the ssd's admission filter lets block `id`, leaving the host,
+  // be written to it (EngineOptions::ssd_admission); counts a refusal.
+  bool SsdAdmits(EntryId id);
   // Whether the ssd's write budget has `bytes` left now (refilling it
   // first); false counts a refusal. SpendSsdBudget takes them once written.
   bool SsdBudgetAllows(uint64_t bytes);

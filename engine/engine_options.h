@@ -26,6 +26,13 @@ struct EngineOptions {
   // "off": every block admitted. (Demotions and promotions are not asked.)
   std::string device_admission = "off";
   std::string host_admission = "off";
+  // Admission filter of the ssd: whether a block leaving the host is written
+  // to it at all (asked of every demotion, full or not: it guards the
+  // disk's writes, its endurance, not its room; no victim is named, so
+  // "tinylfu" admits what was looked up at all lately). Refused, the block
+  // is dropped, counted in the ssd's TierStats::admission_refused. Blocks
+  // written through at commit (ssd_write_through) are not asked.
+  std::string ssd_admission = "off";
   // A filter of the caller's for the host tier, used instead of
   // host_admission (replay's oracle, which knows the trace's future). Must
   // outlive the engine.

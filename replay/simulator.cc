@@ -114,6 +114,7 @@ Result<SimResult> SimulateEngine(const Trace& trace, const SimConfig& c,
   ManualClock clock;
   engine::EngineOptions options;
   options.clock = &clock;
+  options.ssd_admission = c.ssd_admission;
   options.device_policy = options.host_policy = options.ssd_policy = c.policy;
   std::optional<OracleAdmission> oracle;
   std::vector<uint32_t> next_use;  // the oracle's

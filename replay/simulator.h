@@ -63,6 +63,9 @@ struct SimConfig {
   // ssd_write_budget_per_day; 0: none), spent by block_bytes a demotion and
   // refilled on the trace's clock.
   uint64_t ssd_write_budget_per_day = 0;
+  // The ssd's admission filter (engine::EngineOptions::ssd_admission): of
+  // eviction::AdmissionNames().
+  std::string ssd_admission = "off";
 };
 
 // The oracle's horizon, in capacities' worth of block references: the best

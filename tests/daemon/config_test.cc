@@ -84,6 +84,8 @@ mode = "emulated"
 capacity = 536870912
 policy = "lru"
 admission = "tinylfu"
+[ssd]
+admission = "seen"
 )");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->socket_path, "/tmp/x.sock");
@@ -111,6 +113,7 @@ admission = "tinylfu"
   EXPECT_FALSE(c->host_reserve_memory);
   EXPECT_EQ(c->host_admission, "seen");
   EXPECT_EQ(c->device_admission, "tinylfu");
+  EXPECT_EQ(c->ssd_admission, "seen");
   EXPECT_EQ(c->device_mode, "emulated");
   EXPECT_EQ(c->device_capacity_bytes, 512 * kMiB);
   EXPECT_TRUE(c->Validate().ok());
@@ -138,6 +141,9 @@ TEST_F(ConfigTest, ValidateRejectsBadValues) {
   EXPECT_FALSE(c.Validate().ok());
   c = {};
   c.device_admission = "oracle";  // replay's alone: it knows the future
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.ssd_admission = "always";
   EXPECT_FALSE(c.Validate().ok());
   c = {};
   c.secret_hex = "abc";

@@ -40,6 +40,7 @@ class SsdEngineFixture : public ::testing::Test {
     options.clock = &clock_;
     options.ssd_write_through = write_through;
     options.ssd_write_budget_per_day = ssd_write_budget_;
+    options.ssd_admission = ssd_admission_;
     options.log = [this](const std::string& line) { log_.push_back(line); };
     auto e = CacheEngine::Create(options, nullptr, std::move(host).value(),
                                  tiers::internal::NewSsdTierOver(std::move(store).value()));
@@ -62,7 +63,8 @@ class SsdEngineFixture : public ::testing::Test {
   std::unique_ptr<CacheEngine> engine_;
   NamespaceId ns_ = 0;
   std::vector<std::string> log_;
-  uint64_t ssd_write_budget_ = 0;  // EngineOptions::ssd_write_budget_per_day of the next build
+  uint64_t ssd_write_budget_ = 0;      // EngineOptions::ssd_write_budget_per_day of the next build
+  std::string ssd_admission_ = "off";  // EngineOptions::ssd_admission of the next build
 };
 
 }  // namespace kvtier::engine::testing

@@ -294,6 +294,31 @@ TEST_F(SsdEngineTest, AWriteBudgetBoundsWhatGoesToDisk) {
   EXPECT_EQ(engine_->Stats().ssd_budget_refused, 4u);
 }
 
+// The ssd's admission filter "seen": a block leaving the host is written to
+// the disk only if it was looked up again since its write; the others are
+// dropped, counted as the ssd's refusals, and cost the disk nothing.
+TEST_F(SsdEngineTest, TheSsdsFilterWritesOnlyBlocksLookedUpAgain) {
+  ssd_admission_ = "seen";
+  Build(4, 64);
+  const auto reused = Chain(1, 4), once = Chain(2, 4);
+  ASSERT_EQ(engine_->Lookup(ns_, reused)->hits, 0u);
+  ASSERT_EQ(Put(*engine_, ns_, reused), 4u);
+  ASSERT_EQ(engine_->Lookup(ns_, reused)->hits, 4u);  // looked up again: a hit
+  ASSERT_EQ(engine_->Lookup(ns_, once)->hits, 0u);
+  ASSERT_EQ(Put(*engine_, ns_, once), 4u);  // pushes `reused` out of the host
+  io_.RunAll();
+  EXPECT_EQ(Where(reused), std::vector<TierKind>(4, TierKind::kSsd));
+  ASSERT_EQ(engine_->Lookup(ns_, Chain(3, 4))->hits, 0u);
+  ASSERT_EQ(Put(*engine_, ns_, Chain(3, 4)), 4u);  // pushes `once` out: dropped
+  io_.RunAll();
+  EXPECT_EQ(Where(once).size(), 0u);
+  EngineStats s = engine_->Stats();
+  EXPECT_EQ(s.tiers[2].admission, "seen");
+  EXPECT_EQ(s.tiers[2].admission_refused, 4u);
+  EXPECT_EQ(s.tiers[2].demotions_in, 4u);
+  EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants().ToString();
+}
+
 TEST_F(SsdEngineTest, WriteThroughPutsEveryCommittedBlockOnDisk) {
   Build(8, 64, false, /*write_through=*/true);
   const auto a = Chain(1, 3);
