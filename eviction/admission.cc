@@ -15,9 +15,7 @@ constexpr std::array<std::string_view, 3> kNames = {"off", "seen", "tinylfu"};
 
 class SketchFilter : public AdmissionFilter {
  public:
-  void Referenced(std::span<const uint64_t> chain) override {
-    for (uint64_t fp : chain) sketch_.Increment(fp);
-  }
+  void Referenced(std::span<const uint64_t> chain) override { sketch_.IncrementAll(chain); }
 
   void SetCapacity(size_t blocks) override { sketch_.Grow(blocks); }
 
