@@ -66,6 +66,9 @@ Result<std::unique_ptr<CacheEngine>> CacheEngine::Create(const EngineOptions& op
     auto policy = eviction::NewPolicy(*name, *options.clock);
     if (!policy) return policy.status().WithContext(std::string(TierKindName(kind)) + " tier");
     (*policy)->SetVictimsDemoted(engine->LowerTier(kind).has_value());
+    bool below = false;
+    for (size_t i = 0; i < Index(kind); ++i) below = below || engine->tiers_[i] != nullptr;
+    (*policy)->SetBelowAnotherTier(below);
     engine->policies_[Index(kind)] = std::move(policy).value();
     engine->references_wanted_ |= engine->policies_[Index(kind)]->wants_references();
   }

@@ -304,6 +304,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   }
 
   void SetVictimsDemoted(bool demoted) override { victims_demoted_ = demoted; }
+  void SetBelowAnotherTier(bool below) override { below_ = below; }
 
   bool filters_admission() const override { return !filters_.empty(); }
   AdmissionFilter* admission() override {
@@ -562,7 +563,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
     size_t best = followed_index_;
     for (size_t i = 0; i < minis_.size(); ++i) {
-      if (minis_[i].admission() == nullptr && kept_[i] > kept_[best]) best = i;
+      if (Eligible(i) && minis_[i].admission() == nullptr && kept_[i] > kept_[best]) best = i;
     }
     return best;
   }
@@ -621,7 +622,9 @@ class AdaptivePolicy final : public EvictionPolicy {
     ChooseFilter();
     size_t best = followed_index_;
     for (size_t i = 0; i < minis_.size(); ++i) {
-      if (minis_[i].admission() == nullptr && minis_[i].lead > minis_[best].lead) best = i;
+      if (Eligible(i) && minis_[i].admission() == nullptr && minis_[i].lead > minis_[best].lead) {
+        best = i;
+      }
     }
     if (best == followed_index_ || minis_[best].lead <= options_.margin * refs_) {
       streak_ = 0;
@@ -664,6 +667,11 @@ class AdaptivePolicy final : public EvictionPolicy {
   // variants does: from when the variant with the largest lead has led it by
   // `margin` of the references until its lead is gone.
   void ChooseFilter() {
+    // A tier whose victims go down judges its own hits alone, and a block it
+    // keeps out reaches no tier below either: a filter that raised the host's
+    // hits on Mooncake (1,953 blocks over an ssd of 7,813) lowered the
+    // hierarchy's from 0.421 to 0.389.
+    if (victims_demoted_) return;
     size_t best = kNoCandidate;
     for (size_t v : variants_[followed_index_]) {
       if (best == kNoCandidate || minis_[v].lead > minis_[best].lead) best = v;
@@ -691,6 +699,17 @@ class AdaptivePolicy final : public EvictionPolicy {
     followed_index_ = i;
     follows_leaf_ = PolicyName(i).starts_with("leaf-");
     seen_changes_ = SeenChanges(follows_leaf_ ? kKept : kPinned);
+  }
+
+  // Whether candidate `i` may be followed. Not a leaf-first one in a tier of
+  // a hierarchy (victims demoted, or a tier above): there a chain spans
+  // tiers, a block's children in another tier do not keep it in its own,
+  // and the miniature caches judge the tier as if alone. Measured on the
+  // agent sessions with an ssd of three times the host below it, leaf-first
+  // LRU on either tier cost 36-42 points against LRU on both (0.53-0.59
+  // against 0.95, one session after another), where alone it gains up to 41.
+  bool Eligible(size_t i) const {
+    return !(PolicyName(i).starts_with("leaf-") && (victims_demoted_ || below_));
   }
 
   // Candidate `i`'s policy: its name up to the slash before a filter.
@@ -781,6 +800,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   double all_refs_ = 0;           // since the start, scaled at each restride
   bool evicting_ = false;         // the tier has named a victim
   bool victims_demoted_ = false;  // SetVictimsDemoted
+  bool below_ = false;            // SetBelowAnotherTier
 };
 
 }  // namespace

@@ -115,6 +115,10 @@ class EvictionPolicy {
   // with their descendants (false, the default: the last tier). A policy
   // that simulates others may judge them differently.
   virtual void SetVictimsDemoted(bool demoted) { (void)demoted; }
+  // Whether a tier above demotes its victims into this one. With either, a
+  // block's chain spans tiers, which a policy judging its own tier alone
+  // does not see (adaptive follows no leaf-first candidate then).
+  virtual void SetBelowAnotherTier(bool below) { (void)below; }
 
   // Whether the policy may filter admission to its tier (admission(): an
   // adaptive policy with a candidate that filters); the engine computes a

@@ -226,6 +226,43 @@ TEST(AdaptiveTest, FiltersAdmissionWhereOneOffBlocksFloodTheTier) {
       std::max({lru.block_hit_rate(), leaf.block_hit_rate(), s3fifo.block_hit_rate()}) - 0.01);
 }
 
+// In a hierarchy (a host over an ssd) a chain spans the tiers, and neither
+// tier's miniature caches see it. On the recorded agent sessions one after
+// another, leaf-first LRU, right for a tier alone there, loses to LRU when an
+// ssd is below (as it does on every recorded session alone), and so does
+// filtering the host (a block it keeps out reaches the ssd neither): the
+// adaptive policy follows neither in a hierarchy. (On the synthetic sessions
+// above, leaf-first wins in a hierarchy too; the recorded ones decide.)
+TEST(AdaptiveTest, InAHierarchyFollowsNoLeafFirstCandidateAndNoHostFilter) {
+  std::vector<std::string> files;
+  for (const char* f : {"trace_0180", "trace_0239", "trace_0298", "trace_0357", "trace_0534",
+                        "trace_0593", "trace_0652", "trace_0711"}) {
+    files.push_back(std::string(KVTIER_TEST_DATA_DIR) + "/kv-cache-tester/" + f + ".json");
+  }
+  auto t = ReadTraces(files, Combine::kConcat);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const auto run = [&](const char* policy) {
+    SimConfig c;
+    c.policy = policy;
+    c.host_blocks = 1000;
+    c.ssd_blocks = 3000;
+    auto r = Simulate(*t, c);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : SimResult{};
+  };
+  const SimResult lru = run("lru"), leaf = run("leaf-lru"), adaptive = run("adaptive");
+  std::printf("  host 1000 + ssd 3000: lru %.4f  leaf-lru %.4f  adaptive %.4f\n",
+              lru.block_hit_rate(), leaf.block_hit_rate(), adaptive.block_hit_rate());
+  ASSERT_GT(lru.block_hit_rate() - leaf.block_hit_rate(), 0.2) << "leaf-first should lose here";
+  EXPECT_GT(adaptive.block_hit_rate(), lru.block_hit_rate() - 0.01);
+  EXPECT_EQ(adaptive.admission_refused, 0u);
+  ASSERT_TRUE(adaptive.adaptive.has_value());
+  for (const eviction::CandidateReport& c : adaptive.adaptive->candidates) {
+    EXPECT_FALSE(c.followed && (c.name.starts_with("leaf-") || c.name.ends_with("/seen")))
+        << c.name;
+  }
+}
+
 // The agent sessions, then the chat (new keys): the adaptive policy follows
 // leaf-first through the first half and lets it go in the second.
 TEST(AdaptiveTest, SwitchesWhenTheTrafficDoes) {
