@@ -141,18 +141,23 @@ class Table {
 
 // "lru", or for the adaptive policy "adaptive: lru (leaf-lru 0.41, lru 0.43,
 // s3fifo 0.39; 2 switches)": what it follows, each candidate's sampled hit
-// rate; with an admission filter, "; admission seen: 12 refused" after it.
+// rate; with an admission filter, "; admission seen: 12 refused" after it,
+// and with none set but blocks kept out by the filter the adaptive policy
+// followed (lru/seen), "; 12 kept out".
 std::string Policy(const Figures& f, const std::string& p) {
   const std::string admission = f.Text(p + "admission");
-  const std::string filter =
-      admission.empty() || admission == "off"
-          ? std::string()
-          : "; admission " + admission + ": " + Int(f.Num(p + "admission_refused")) + " refused";
+  const uint64_t refused = f.Num(p + "admission_refused");
+  std::string filter;
+  if (!admission.empty() && admission != "off") {
+    filter = "; admission " + admission + ": " + Int(refused) + " refused";
+  } else if (refused > 0) {
+    filter = "; " + Int(refused) + " kept out";
+  }
   std::string out = f.Text(p + "policy");
   const std::string follows = f.Text(p + "policy_follows");
   if (follows.empty()) return out + filter;
   out += ": " + follows + " (";
-  for (const char* c : {"leaf-lru", "lru", "s3fifo"}) {
+  for (const char* c : {"leaf-lru", "lru", "s3fifo", "lru/seen", "leaf-lru/seen"}) {
     const std::string rate = f.Text(p + "candidate." + c + ".sampled_hit_rate");
     if (rate.empty()) continue;
     char buf[64];
