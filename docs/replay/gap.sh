@@ -4,7 +4,9 @@
 #
 #   docs/replay/gap.sh [path/to/kvtier]     (default: build/cli/kvtier)
 #
-# writes docs/replay/gap-closed.txt: for the Mooncake trace, the
+# writes docs/replay/admission-{mooncake,kv-cache-tester}.svg (token hit rate
+# against capacity: lru, adaptive and opt, each admitting all, with `seen`
+# and with the oracle) and docs/replay/gap-closed.txt: for the Mooncake trace, the
 # kv-cache-tester files interleaved by time and one after another, and each
 # kv-cache-tester file (one coding-agent session) alone, at 1 %, 5 %, 20 %
 # and 50 % of the trace's distinct blocks:
@@ -70,6 +72,14 @@ for i, cap in enumerate(caps):
           f"default+hints {share(hinted):>5}  oracle admission {share(hit[('lru/oracle', cap)]):>5}")
 PY
 }
+# The plots: token hit rate against capacity of LRU, the default and OPT,
+# and LRU with each admission filter (the oracle's included).
+"$kvtier" replay --quiet --trace tests/data/mooncake_synthetic_trace.jsonl \
+  --capacity-blocks 195,1953,3906,7813,15625,19531 --policies lru,adaptive,opt \
+  --admission off,seen,oracle --plot docs/replay/admission-mooncake.svg >/dev/null 2>&1
+"$kvtier" replay --quiet "${kvct_args[@]}" --capacity-blocks 255,1000,3000,10000 \
+  --policies lru,adaptive,opt --admission off,seen,oracle \
+  --plot docs/replay/admission-kv-cache-tester.svg >/dev/null 2>&1
 {
   echo "# docs/replay/gap.sh: share of the LRU -> OPT gap (block hit rate) closed at 1/5/20/50 % of each"
   echo "# trace's distinct blocks: by the default (adaptive), the best fixed policy (with or without the"
