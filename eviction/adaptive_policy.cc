@@ -110,8 +110,9 @@
 // another tier do not keep it, and dropping it in the last tier drops them)
 // lost 36-42 points to LRU on the recorded agent sessions with an ssd below,
 // and a host filter keeps blocks from the ssd as well. So there no
-// leaf-first candidate is followed (Eligible), and a tier whose victims go
-// down follows no filter.
+// leaf-first candidate is followed (Eligible), and no filter either (a
+// host refusal keeps a block from the ssd too; an ssd is filled by
+// demotions, which ssd.admission filters).
 //
 // Priority retention applies on top of every candidate: a block whose
 // effective priority is not the default sits in a priority policy instead,
@@ -694,8 +695,11 @@ class AdaptivePolicy final : public EvictionPolicy {
     // A tier whose victims go down judges its own hits alone, and a block it
     // keeps out reaches no tier below either: a filter that raised the host's
     // hits on Mooncake (1,953 blocks over an ssd of 7,813) lowered the
-    // hierarchy's from 0.421 to 0.389.
-    if (victims_demoted_) return;
+    // hierarchy's from 0.421 to 0.389. A tier below another is filled by
+    // demotions, which its miniature caches (filled by requests) do not
+    // model, and the engine asks no policy's filter of a demotion (the ssd's
+    // own filter is ssd.admission).
+    if (victims_demoted_ || below_) return;
     size_t best = kNoCandidate;
     for (size_t v : variants_[followed_index_]) {
       if (best == kNoCandidate || minis_[v].lead > minis_[best].lead) best = v;
