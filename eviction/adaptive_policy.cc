@@ -89,30 +89,18 @@
 // the worst over six seeds was 0.8 point under the best fixed policy and 0.5
 // under LRU on the traces the project carries.
 //
-// Admission. A candidate named "policy/filter" (lru/seen) is that policy
-// with an admission filter (admission.h) asked before each eviction its
-// miniature cache makes for a new block: no room, and the block is skipped
-// with the rest of its chain, as the engine skips it. It is never followed
-// as a policy of its own: while the tier follows its policy, the tier also
-// filters as it does from when the variant's lead over the policy passes
-// `margin` until the lead is gone (ChooseFilter: a flag, no rebuild; the
-// engine asks admission()), and a switch of policy starts unfiltered. The
-// filters count every key looked up, so that the one the tier follows
-// knows the keys the miniature caches do not sample. Deciding the filter
-// apart from the policy kept the policy's choices as they were: following
-// the filtered candidates as candidates of their own lost up to 1.3 points
-// (Mooncake, the interleaved agent sessions) to switches that small leads
-// set off.
+// Admission. A candidate "policy/filter" (lru/seen) is the policy with an
+// admission filter asked before each eviction its miniature cache makes for
+// a new block. It is not followed as a policy: while the tier follows its
+// policy, the tier also filters from when the variant leads by `margin`
+// until its lead is gone (ChooseFilter; the engine asks admission()). The
+// filters count every key looked up, since the tier asks about keys the
+// miniature caches do not sample.
 //
-// Hierarchies. Each tier's miniature caches simulate that tier alone. In a
-// tier with a tier below or above, a chain spans tiers, and two things
-// right for a tier alone go wrong: leaf-first LRU (a block's children in
-// another tier do not keep it, and dropping it in the last tier drops them)
-// lost 36-42 points to LRU on the recorded agent sessions with an ssd below,
-// and a host filter keeps blocks from the ssd as well. So there no
-// leaf-first candidate is followed (Eligible), and no filter either (a
-// host refusal keeps a block from the ssd too; an ssd is filled by
-// demotions, which ssd.admission filters).
+// Hierarchies. Each tier's miniature caches simulate that tier alone; where
+// a chain spans tiers (a tier above or below) leaf-first candidates and
+// filters lost badly on the recorded agent sessions (docs/eviction.md, "In
+// a hierarchy"), so there neither is followed (Eligible, ChooseFilter).
 //
 // Priority retention applies on top of every candidate: a block whose
 // effective priority is not the default sits in a priority policy instead,
@@ -134,9 +122,11 @@
 #include "common/page_allocator.h"
 #include "eviction/eviction_policy.h"
 #include "eviction/internal/adaptive.h"
+#include "eviction/internal/adaptive_candidates.h"
 #include "eviction/internal/chain_sampler.h"
 #include "eviction/internal/mini_cache.h"
 #include "eviction/internal/sample_index.h"
+#include "eviction/internal/stamp_sort.h"
 
 namespace kvtier::eviction {
 namespace {
@@ -148,23 +138,20 @@ constexpr uint64_t kProbeFingerprint = 0x6b76'7469'6572'7072ULL;
 
 class AdaptivePolicy final : public EvictionPolicy {
  public:
-  // minis[i] and filters[i] (null: none) are candidate i's policy and
-  // admission filter, made once (a filter named twice is one object).
+  // `candidates`: options.candidates made (MakeAdaptiveCandidates).
   AdaptivePolicy(const Clock& clock, AdaptiveOptions options,
-                 std::vector<std::unique_ptr<EvictionPolicy>> minis,
-                 std::vector<AdmissionFilter*> filters,
-                 std::vector<std::unique_ptr<AdmissionFilter>> owned_filters,
-                 std::unique_ptr<EvictionPolicy> priority,
+                 internal::AdaptiveCandidates candidates, std::unique_ptr<EvictionPolicy> priority,
                  std::unique_ptr<EvictionPolicy> leaf_priority, uint32_t stamp_limit)
       : clock_(clock),
         options_(std::move(options)),
         stamp_limit_(stamp_limit),
         priority_{std::move(priority), std::move(leaf_priority)},
-        filters_(std::move(owned_filters)),
-        index_(minis.size()),
+        filters_(std::move(candidates.owned)),
+        index_(candidates.policies.size()),
         stride_(1) {
-    for (size_t i = 0; i < minis.size(); ++i) {
-      minis_.emplace_back(options_.candidates[i], std::move(minis[i]), filters[i], &index_, i);
+    for (size_t i = 0; i < candidates.policies.size(); ++i) {
+      minis_.emplace_back(options_.candidates[i], std::move(candidates.policies[i]),
+                          candidates.filters[i], &index_, i);
     }
     variants_.resize(minis_.size());
     for (size_t i = 0; i < minis_.size(); ++i) {
@@ -663,30 +650,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
   }
 
-  // Sorts order_ by stamp (all distinct): a radix sort on the stamps'
-  // offsets from the oldest, 11 bits a pass, since a switch sorts the whole
-  // tier (std::sort took 4 % of a replay that switched a few times).
-  void SortByStamp() {
-    if (order_.size() < 2) return;
-    uint32_t lo = UINT32_MAX, hi = 0;
-    for (const auto& [stamp, id] : order_) {
-      lo = std::min(lo, stamp);
-      hi = std::max(hi, stamp);
-    }
-    constexpr int kBits = 11;
-    constexpr size_t kBuckets = size_t{1} << kBits;
-    scratch_.resize(order_.size());
-    std::array<size_t, kBuckets> count;
-    for (int shift = 0; shift < 32 && ((hi - lo) >> shift) != 0; shift += kBits) {
-      count.fill(0);
-      for (const auto& e : order_) ++count[((e.first - lo) >> shift) & (kBuckets - 1)];
-      size_t at = 0;
-      for (size_t& c : count) at += std::exchange(c, at);
-      for (const auto& e : order_)
-        scratch_[count[((e.first - lo) >> shift) & (kBuckets - 1)]++] = e;
-      order_.swap(scratch_);
-    }
-  }
+  void SortByStamp() { internal::SortByStamp(&order_, &scratch_); }
 
   // Whether to filter admission as one of the followed policy's filtered
   // variants does: from when the variant with the largest lead has led it by
@@ -838,57 +802,14 @@ namespace internal {
 Result<std::unique_ptr<EvictionPolicy>> NewAdaptivePolicyWithStampLimit(const Clock& clock,
                                                                         AdaptiveOptions options,
                                                                         uint32_t stamp_limit) {
-  if (options.candidates.empty()) return InvalidArgumentError("adaptive: no candidates");
   if (options.min_stride == 0 || !std::has_single_bit(options.min_stride)) {
     return InvalidArgumentError("adaptive: min_stride must be a power of two");
   }
-  std::vector<std::unique_ptr<EvictionPolicy>> minis;
-  std::vector<AdmissionFilter*> filters;
-  std::vector<std::unique_ptr<AdmissionFilter>> owned_filters;
-  std::unordered_map<std::string, AdmissionFilter*> by_name;
-  for (const std::string& c : options.candidates) {
-    const size_t slash = c.find('/');
-    const std::string policy = c.substr(0, slash);
-    if (policy == "adaptive") return InvalidArgumentError("adaptive: cannot be its own candidate");
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> m, NewPolicy(policy, clock));
-    minis.push_back(std::move(m));
-    AdmissionFilter* filter = nullptr;
-    if (slash != std::string::npos) {
-      const std::string name = c.substr(slash + 1);
-      auto [it, added] = by_name.emplace(name, nullptr);
-      if (added) {
-        Result<std::unique_ptr<AdmissionFilter>> made = NewAdmissionFilter(name);
-        if (!made) {
-          return InvalidArgumentError("adaptive: candidate '" + c +
-                                      "': " + std::string(made.status().message()));
-        }
-        if (*made == nullptr)
-          return InvalidArgumentError("adaptive: candidate '" + c +
-                                      "': 'off' is no filter: name the policy alone");
-        it->second = made->get();
-        owned_filters.push_back(std::move(made).value());
-      }
-      filter = it->second;
-    }
-    filters.push_back(filter);
-  }
-  for (size_t i = 0; i < options.candidates.size(); ++i) {
-    const std::string& c = options.candidates[i];
-    const std::string policy = c.substr(0, c.find('/'));
-    if (filters[i] == nullptr) continue;
-    if (std::find(options.candidates.begin(), options.candidates.end(), policy) ==
-        options.candidates.end()) {
-      return InvalidArgumentError("adaptive: candidate '" + c + "' needs '" + policy +
-                                  "' among the candidates: it is followed as that policy's filter");
-    }
-  }
-  if (filters[0] != nullptr) {
-    return InvalidArgumentError(
-        "adaptive: the first candidate, followed at the start, has no filter");
-  }
+  KVTIER_ASSIGN_OR_RETURN(internal::AdaptiveCandidates candidates,
+                          internal::MakeAdaptiveCandidates(options.candidates, clock));
   std::unique_ptr<EvictionPolicy> policy = std::make_unique<AdaptivePolicy>(
-      clock, std::move(options), std::move(minis), std::move(filters), std::move(owned_filters),
-      NewPriorityPolicy(clock), NewLeafFirst(NewPriorityPolicy(clock)), stamp_limit);
+      clock, std::move(options), std::move(candidates), NewPriorityPolicy(clock),
+      NewLeafFirst(NewPriorityPolicy(clock)), stamp_limit);
   return policy;
 }
 
