@@ -309,7 +309,7 @@ void CacheEngine::Unpin(EntryId id) {
 }
 
 Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints,
-                                     std::optional<uint64_t> admit) {
+                                     std::optional<uint64_t> admit, bool* kept_out) {
   Tier& t = *tiers_[Index(kind)];
   const uint64_t slot_bytes = t.SlotBytes(bytes);
   for (;;) {
@@ -330,6 +330,7 @@ Result<SlotId> CacheEngine::MakeRoom(TierKind kind, uint64_t bytes, bool yield_h
     }
     if (admit && !Admitted(kind, *admit, blocks_[*victim].fingerprint)) {
       ++stats_.tiers[Index(kind)].admission_refused;
+      if (kept_out != nullptr) *kept_out = true;
       return ResourceExhaustedError("the " + std::string(TierKindName(kind)) +
                                     " tier's admission filter kept the block out");
     }

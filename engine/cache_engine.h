@@ -526,9 +526,9 @@ class CacheEngine {
   // `yield_hints` is false: a prefetch never evicts another hint's block).
   // With `admit` (a new block's fingerprint), the tier's admission filter
   // and the one its policy follows decide whether it may take each victim's
-  // room: ResourceExhausted when not.
+  // room: ResourceExhausted when not, and *kept_out (if given) set true.
   Result<SlotId> MakeRoom(TierKind kind, uint64_t bytes, bool yield_hints = true,
-                          std::optional<uint64_t> admit = std::nullopt);
+                          std::optional<uint64_t> admit = std::nullopt, bool* kept_out = nullptr);
   // Whether the block of fingerprint `candidate` may take `victim`'s room in
   // the full tier `kind`: its own filter's say, then its policy's.
   bool Admitted(TierKind kind, uint64_t candidate, uint64_t victim);

@@ -52,13 +52,13 @@ Result<Allocation> CacheEngine::Allocate(NamespaceId ns, std::optional<BlockKey>
         admission_[Index(kind)] != nullptr || PolicyOf(kind).filters_admission()
             ? std::optional(PolicyFingerprint(ns, keys[i]))
             : std::nullopt;
-    const uint64_t refused = stats_.tiers[Index(kind)].admission_refused;
-    Result<SlotId> slot = MakeRoom(kind, bytes, /*yield_hints=*/true, admit);
+    bool kept_out = false;
+    Result<SlotId> slot = MakeRoom(kind, bytes, /*yield_hints=*/true, admit, &kept_out);
     if (!slot) {
       // A block the admission filter keeps out is not an error: the tier
       // chose not to store it (and the rest of the chain, which would hang
       // under it), and the write says so with its blocks skipped.
-      if (stats_.tiers[Index(kind)].admission_refused == refused) no_room = slot.status();
+      if (!kept_out) no_room = slot.status();
       break;
     }
     // Making room may have dropped an ancestor of the write (the pinned
