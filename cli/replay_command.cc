@@ -120,9 +120,16 @@ Result<Sweep> ParseSweep(const ReplayOptions& o) {
   const auto names = eviction::PolicyNames();
   for (const std::string& p : sweep.policies) {
     if (p == "opt" || std::find(names.begin(), names.end(), p) != names.end()) continue;
+    if (p.starts_with("adaptive:")) {
+      if (Status s = eviction::CheckPolicyName(p); !s.ok()) {
+        return InvalidArgumentError("--policies: " + std::string(s.message()));
+      }
+      continue;
+    }
     std::string known = "opt";
     for (std::string_view n : names) known += ", " + std::string(n);
-    return InvalidArgumentError("--policies: unknown policy \"" + p + "\" (known: " + known + ")");
+    return InvalidArgumentError("--policies: unknown policy \"" + p + "\" (known: " + known +
+                                ", adaptive:<candidates joined by +>)");
   }
   for (const std::string& item : Split(o.capacity_blocks)) {
     uint64_t blocks = 0;

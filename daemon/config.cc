@@ -377,9 +377,7 @@ Status DaemonConfig::Validate() const {
     return InvalidArgumentError("events are enabled without an endpoint");
   }
   for (const std::string* p : {&host_policy, &device_policy, &ssd_policy}) {
-    bool known = false;
-    for (std::string_view n : eviction::PolicyNames()) known = known || n == *p;
-    if (!known) return InvalidArgumentError("unknown eviction policy '" + *p + "'");
+    KVTIER_RETURN_IF_ERROR(eviction::CheckPolicyName(*p));
   }
   for (const std::string* a : {&host_admission, &device_admission, &ssd_admission}) {
     KVTIER_RETURN_IF_ERROR(eviction::NewAdmissionFilter(*a).status());

@@ -733,6 +733,7 @@ class AdaptivePolicy final : public EvictionPolicy {
       if (by_recency) continue;
       for (uint8_t t = 0; t < blocks_[id].touches; ++t) (*next)->Touch(id, meta);
     }
+    (*next)->Inherit(minis_[i].policy());  // (learned: its model)
     live_ = std::move(next).value();
     Follows(i);
   }

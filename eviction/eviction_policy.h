@@ -129,6 +129,12 @@ class EvictionPolicy {
   // tier may take the victim's room, as it asks the tier's own.
   virtual AdmissionFilter* admission() { return nullptr; }
 
+  // The adaptive policy starts following this policy, rebuilt from the
+  // tier's blocks, after `simulated` (the same policy, in the candidate's
+  // miniature cache) led: a policy that learns (learned) takes what that one
+  // learned instead of starting from nothing. The others ignore it.
+  virtual void Inherit(const EvictionPolicy& simulated) { (void)simulated; }
+
   // What an adaptive policy follows and why; nullopt for the others.
   virtual std::optional<AdaptiveReport> adaptive_report() const { return std::nullopt; }
 };
@@ -171,6 +177,29 @@ std::unique_ptr<EvictionPolicy> NewS3FifoPolicy(S3FifoOptions options = {});
 // O(log n) per operation. `clock` must outlive the policy.
 std::unique_ptr<EvictionPolicy> NewPriorityPolicy(const Clock& clock);
 
+struct LearnedOptions {
+  // Unpinned blocks drawn at random per eviction; the one predicted to be
+  // needed furthest ahead goes.
+  uint32_t sample = 16;
+  // Labelled samples between fits, and the latest ones each fit reads.
+  uint32_t refit = 2048;
+  uint32_t window = 4096;
+  // A drawn block is labelled by whether it is accessed again within this
+  // many times the tracked blocks' worth of accesses.
+  double horizon = 4.0;
+  uint64_t seed = 0x6c65'6172'6e65'6421ULL;  // the draws' (replays repeat)
+};
+
+// Learned (after LRB, Song et al., NSDI'20): predicts for each drawn block
+// the chance that it is not needed within the horizon, with a few
+// regression trees over its recent access intervals, accesses and
+// children, trained online on the tier's own history (a drawn block
+// labelled by whether its key is accessed again in time), and evicts the
+// likeliest. Sampled LRU until the first fit. O(sample) per
+// Victim(), O(1) otherwise, plus a fit of well under a millisecond every
+// `refit` evictions.
+std::unique_ptr<EvictionPolicy> NewLearnedPolicy(LearnedOptions options = {});
+
 // Leaf first (prefix-aware): `inner` decides among blocks without children
 // in the tier; a block with children_in_tier > 0 is never a victim, as if
 // pinned, and rejoins `inner` (as after an unpin) when it becomes a leaf.
@@ -189,6 +218,11 @@ struct AdaptiveOptions {
   // children_in_tier is 0, nothing more, as every policy NewPolicy() makes
   // does: the followed one hears of an Update only when that changes, and
   // a rebuilt one gets children_in_tier as 0 or 1.
+  // "learned" and "leaf-learned" are not among the defaults: on the traces
+  // the project carries they trailed LRU (docs/eviction.md, "A learned
+  // candidate"), and added 10-60 % to the cost per reference; name them
+  // ("adaptive:lru+leaf-lru+learned", NewPolicy) where the traffic repeats
+  // what recency misses (a loop over more than the tier holds).
   std::vector<std::string> candidates = {"lru", "leaf-lru", "s3fifo", "lru/seen", "leaf-lru/seen"};
   // Blocks each miniature cache aims to hold: the sampling rate is about
   // sample_blocks / (the tier's largest size), at most 1 / min_stride (the
@@ -221,12 +255,17 @@ struct AdaptiveOptions {
 Result<std::unique_ptr<EvictionPolicy>> NewAdaptivePolicy(const Clock& clock,
                                                           AdaptiveOptions options = {});
 
-// The names NewPolicy() accepts.
+// The names NewPolicy() accepts (and any "adaptive:<candidates>").
 std::span<const std::string_view> PolicyNames();
 
 // A policy by its configuration name: "adaptive", or "lru", "lfu", "s3fifo",
-// "priority", each also as "leaf-<name>" (NewLeafFirst around it). `clock`
-// must outlive it.
+// "priority", "learned", each also as "leaf-<name>" (NewLeafFirst around
+// it), or "adaptive:<candidates>": adaptive with AdaptiveOptions::candidates
+// of its own, joined by '+' ("adaptive:lru+leaf-lru+learned"). `clock` must
+// outlive it.
 Result<std::unique_ptr<EvictionPolicy>> NewPolicy(std::string_view name, const Clock& clock);
+
+// Ok if NewPolicy() makes a policy of `name`, else its InvalidArgument.
+Status CheckPolicyName(std::string_view name);
 
 }  // namespace kvtier::eviction

@@ -35,6 +35,11 @@ class LeafFirstPolicy final : public EvictionPolicy {
   void Erase(BlockId id) override { inner_->Erase(id); }
   std::optional<BlockId> Victim() override { return inner_->Victim(); }
   size_t size() const override { return inner_->size(); }
+  void Inherit(const EvictionPolicy& simulated) override {
+    if (const auto* other = dynamic_cast<const LeafFirstPolicy*>(&simulated)) {
+      inner_->Inherit(*other->inner_);
+    }
+  }
 
  private:
   // An unpinned block with children: the inner policy sees it pinned. (The

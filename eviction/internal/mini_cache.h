@@ -43,6 +43,7 @@ class MiniCache {
   // The candidate's name: its policy's, and "/<filter>" with one.
   std::string_view name() const { return name_; }
   AdmissionFilter* admission() const { return admission_; }
+  const EvictionPolicy& policy() const { return *policy_; }
 
   // One request for `chain` (sampled keys, first first), as the engine
   // serves it; rows[i] is chain[i]'s row in the index, looked up before any

@@ -137,6 +137,13 @@ TEST_F(ConfigTest, ValidateRejectsBadValues) {
   c.host_policy = "fifo";
   EXPECT_FALSE(c.Validate().ok());
   c = {};
+  c.host_policy = "adaptive:lru+";
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.host_policy = "adaptive:lru+leaf-lru+learned";  // candidates of one's own
+  c.ssd_policy = "learned";
+  EXPECT_TRUE(c.Validate().ok());
+  c = {};
   c.host_admission = "sometimes";
   EXPECT_FALSE(c.Validate().ok());
   c = {};

@@ -221,6 +221,30 @@ TEST(AdaptivePolicyTest, BadOptionsAreRefused) {
   EXPECT_EQ(refused({"lru", "lru/seen", "lru/tinylfu"}), "");
 }
 
+// "adaptive:<candidates joined by +>" names an adaptive policy with its own
+// candidates, wherever a policy is named (the daemon's configuration,
+// kvtier replay); a bad list is refused with AdaptiveOptions' reason.
+TEST(AdaptivePolicyTest, CandidatesByName) {
+  ManualClock clock;
+  auto p = NewPolicy("adaptive:lru+leaf-learned+lru/seen", clock);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->name(), "adaptive");
+  std::vector<std::string> names;
+  const std::optional<AdaptiveReport> report = (*p)->adaptive_report();
+  ASSERT_TRUE(report.has_value());
+  for (const CandidateReport& c : report->candidates) names.push_back(c.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"lru", "leaf-learned", "lru/seen"}));
+  EXPECT_TRUE(CheckPolicyName("adaptive:learned").ok());
+  EXPECT_EQ(CheckPolicyName("adaptive:lru+").message(),
+            "eviction policy 'adaptive:lru+': an empty candidate (adaptive:lru+learned names two)");
+  EXPECT_EQ(CheckPolicyName("adaptive:").message(),
+            "eviction policy 'adaptive:': an empty candidate (adaptive:lru+learned names two)");
+  EXPECT_EQ(CheckPolicyName("adaptive:lru+adaptive").message(),
+            "adaptive: cannot be its own candidate");
+  EXPECT_FALSE(CheckPolicyName("adaptive:lru+nope").ok());
+  EXPECT_FALSE(CheckPolicyName("adaptive-lru").ok());
+}
+
 // The default candidates include filtered ones: the policy may filter
 // admission, and reports them by name; until the tier is full it follows
 // no filter.

@@ -226,6 +226,47 @@ TEST(AdaptiveTest, FiltersAdmissionWhereOneOffBlocksFloodTheTier) {
       std::max({lru.block_hit_rate(), leaf.block_hit_rate(), s3fifo.block_hit_rate()}) - 0.01);
 }
 
+// A loop over hot conversations with one-off documents between them: each
+// conversation comes back after more distinct blocks than the tier holds,
+// so LRU keeps none of them; the learned policy learns that a block seen
+// once and idle for long is not coming back while the conversations are,
+// and the adaptive policy with it among its candidates follows it
+// (inheriting the model its miniature cache trained).
+TEST(AdaptiveTest, FollowsTheLearnedCandidateWhereItWins) {
+  Trace t;
+  constexpr uint32_t kHot = 100, kLen = 2;
+  uint32_t next = 1'000'000;
+  for (uint32_t i = 0; i < 12'000; ++i) {
+    TraceRequest hot;
+    for (uint32_t b = 0; b < kLen; ++b) hot.blocks.push_back((i % kHot) * kLen + b + 1);
+    t.requests.push_back(hot);
+    TraceRequest doc;
+    for (uint32_t b = 0; b < kLen; ++b) doc.blocks.push_back(next++);
+    t.requests.push_back(doc);
+  }
+  Finish(&t);
+  std::string followed;
+  const auto run = [&](const char* policy) {
+    SimConfig c;
+    c.policy = policy;
+    c.host_blocks = 300;
+    auto r = Simulate(t, c);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok() && r->adaptive) {
+      for (const eviction::CandidateReport& k : r->adaptive->candidates) {
+        if (k.followed) followed = k.name;
+      }
+    }
+    return r.ok() ? r->block_hit_rate() : 0.0;
+  };
+  const double lru = run("lru"), learned = run("learned"), adaptive = run("adaptive:lru+learned");
+  std::printf("  lru %.4f  learned %.4f  adaptive:lru+learned %.4f\n", lru, learned, adaptive);
+  // (Half the references are the conversations': at most 0.5.)
+  ASSERT_GT(learned - lru, 0.2) << "the trace should favour the learned policy";
+  EXPECT_EQ(followed, "learned");
+  EXPECT_GT(adaptive, learned - 0.05);
+}
+
 // In a hierarchy (a host over an ssd) a chain spans the tiers, and neither
 // tier's miniature caches see it. On the recorded agent sessions one after
 // another, leaf-first LRU, right for a tier alone there, loses to LRU when an
