@@ -324,7 +324,9 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
       "policy and capacity, with Belady's OPT as the bound");
   cmd->add_option("--trace", o->traces, "trace file(s): Mooncake JSONL or kv-cache-tester JSON")
       ->required();
-  cmd->add_option("--policies", o->policies, "comma-separated policies, opt included [lru,opt]");
+  cmd->add_option("--policies", o->policies,
+                  "comma-separated policies, opt included; adaptive:a+b+c names adaptive's "
+                  "candidates [lru,opt]");
   cmd->add_option("--combine", o->combine,
                   "several files: interleave (by their own times, all from t = 0) or concat "
                   "(one after another) [interleave]");
