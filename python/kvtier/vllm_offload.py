@@ -1,0 +1,387 @@
+"""kvtierd as a tier of vLLM's own KV offloading (``OffloadingConnector``).
+
+vLLM's tiered offloading keeps a CPU tier of its own (the primary, which alone
+talks to the GPU) and lets other tiers sit below it; this module is such a
+tier, backed by kvtierd. vLLM moves chunks GPU -> its CPU tier -> kvtierd when
+it stores, and kvtierd -> its CPU tier -> GPU when a lookup finds a chunk here.
+Configure it by module path in ``TieringOffloadingSpec``'s ``secondary_tiers``::
+
+    vllm serve MODEL --kv-transfer-config '{"kv_connector": "OffloadingConnector",
+      "kv_role": "kv_both", "kv_connector_extra_config": {
+        "spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 8589934592,
+        "secondary_tiers": [{"type": "KvtierTier", "module_path": "kvtier.vllm_offload",
+                             "socket": "/run/kvtier/kvtierd.sock"}]}}'
+
+Settings (the tier's entry beside ``type`` and ``module_path``):
+
+``socket``
+    kvtierd's socket; "auto" finds or starts one (as kvtier.vllm's). Default:
+    ``$KVTIER_SOCKET``, else the default socket, else "auto".
+``model_id``
+    The namespace's model name; default vLLM's model. Two engines share chunks
+    only under the same model_id, salt and chunk size, and with the same block
+    hashes: vLLM seeds its hashes at random per process unless
+    ``PYTHONHASHSEED`` is set, so set it alike in every engine that shares.
+``salt``
+    Extra namespace salt (default "").
+``timeout_ms``
+    A request to kvtierd that takes longer fails (default 5000): the job
+    reports failure, vLLM recomputes; never a hung scheduler.
+``retry_interval_s``
+    After kvtierd went away, how long lookups answer MISS before the tier
+    tries to reconnect (default 1.0).
+``threads``
+    Copy threads (default 2): stores and loads run on them, off the scheduler.
+
+How it maps vLLM's interface onto kvtierd:
+
+- A chunk is one kvtierd block of the chunk's bytes, named by a 16-byte digest
+  (BLAKE2b) of vLLM's offload key (its chained block hash and KV cache
+  group). Its layout is the chunk's bytes as one latent plane of fp16 over the
+  chunk's tokens: kvtierd keeps and moves the bytes, never interprets them, and
+  a chunk of another size is another namespace (a miss, never a wrong block).
+- ``lookup`` asks kvtierd (one LOOKUP; a chunk this tier is still storing is
+  RETRY). ``submit_store`` and ``submit_load`` queue the copy on a thread:
+  a store allocates the blocks in kvtierd's shared host arena, copies each from
+  vLLM's CPU tier buffer into its slot and commits (one copy, no socket
+  traffic for the bytes); a load acquires them (pinned) and copies each into
+  vLLM's CPU tier chunk. The chunks of a store job that follow each other in
+  their request are written as one chain (each the parent of the next), so
+  kvtierd's prefix-aware eviction sees the request's structure.
+- Chunks kvtierd already holds are not written again; a full kvtierd, or one
+  that went away, fails the job (vLLM keeps the chunk in its CPU tier or
+  recomputes it); a load of chunks evicted since the lookup reports which
+  arrived (``successful_keys``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Collection, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
+
+import numpy as np
+from vllm.v1.kv_offload.base import (
+    LookupResult,
+    Medium,
+    OffloadKey,
+    ReqContext,
+    RequestOffloadingContext,
+)
+from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
+
+from . import Client, Keys, Layout, Tier, WriteState, _auto
+from .errors import Error
+
+if TYPE_CHECKING:
+    from vllm.v1.kv_offload.base import OffloadingSpec
+    from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
+
+logger = logging.getLogger(__name__)
+
+_KEY_BYTES = 16
+
+
+def block_key(key: OffloadKey) -> bytes:
+    """kvtierd's name for a chunk: a 16-byte digest of vLLM's offload key."""
+    return hashlib.blake2b(bytes(key), digest_size=_KEY_BYTES, person=b"kvtier-vllm-off").digest()
+
+
+def chunk_layout(chunk_bytes: int, chunk_tokens: int) -> Layout:
+    """A layout of exactly `chunk_bytes` bytes a block: one latent fp16 plane over the
+    chunk's tokens (or over one token, when the bytes do not divide by them)."""
+    if chunk_bytes <= 0 or chunk_bytes % 2:
+        raise ValueError(f"kvtier.vllm_offload: a chunk of {chunk_bytes} bytes is not a "
+                         "whole number of 16-bit values")
+    tokens = chunk_tokens if chunk_tokens > 0 and chunk_bytes % (2 * chunk_tokens) == 0 else 1
+    return Layout(layers=1, kv_heads=1, head_dim=chunk_bytes // (2 * tokens), dtype="fp16",
+                  block_tokens=tokens, kind="latent")
+
+
+class KvtierTier(SecondaryTierManager):
+    """A secondary tier of vLLM's tiered offloading backed by kvtierd."""
+
+    medium: ClassVar[Medium] = Medium.CPU
+
+    def __init__(self, offloading_spec: "OffloadingSpec", primary_kv_view: memoryview,
+                 tier_type: str, backpressure_detector: "BackpressureDetector | None" = None,
+                 socket: Optional[str] = None, model_id: Optional[str] = None, salt: str = "",
+                 timeout_ms: int = 5000, retry_interval_s: float = 1.0, threads: int = 2,
+                 **unknown: Any) -> None:
+        if unknown:
+            raise ValueError(f"kvtier.vllm_offload: unknown setting(s) {sorted(unknown)}; known: "
+                             "['model_id', 'retry_interval_s', 'salt', 'socket', 'threads', "
+                             "'timeout_ms']")
+        super().__init__(offloading_spec=offloading_spec, primary_kv_view=primary_kv_view,
+                         tier_type=tier_type, backpressure_detector=backpressure_detector)
+        rows = np.asarray(primary_kv_view)
+        if rows.ndim != 2:
+            raise ValueError("kvtier.vllm_offload: vLLM's CPU tier view should be "
+                             f"(chunks, bytes), not of shape {rows.shape}")
+        self._rows: Any = rows.view(np.uint8)
+        self._chunk_bytes = int(self._rows.shape[1])
+        self._chunk_tokens = int(_spec_attr(offloading_spec, "tokens_per_hash", 0) or 0) * int(
+            _spec_attr(offloading_spec, "blocks_per_chunk", 1) or 1)
+        self.layout = chunk_layout(self._chunk_bytes, self._chunk_tokens)
+        self.model_id = model_id or _spec_model(offloading_spec)
+        self._salt = salt
+        self._socket = socket
+        self._timeout_ms = int(timeout_ms)
+        self._retry_interval_s = float(retry_interval_s)
+        # The scheduler's client (lookups) and the copy threads' (one each: a
+        # client serves one call at a time, and a lookup must not wait for a copy).
+        self._lookup_client: Optional[Client] = None
+        self._down_until = 0.0
+        self._warned: set[str] = set()
+        self._local = threading.local()
+        self._pool = ThreadPoolExecutor(max_workers=max(1, int(threads)),
+                                        thread_name_prefix="kvtier-offload")
+        self._finished: "queue.SimpleQueue[JobResult]" = queue.SimpleQueue()
+        self._in_flight: dict[int, Future] = {}
+        self._storing: dict[bytes, int] = {}  # block keys being stored -> jobs storing them
+        self._unloadable: set[bytes] = set()  # block keys whose load failed
+        self._mu = threading.Lock()  # _storing, _in_flight
+        self._clients: list[Client] = []
+        self._connect_lookup()
+
+    # -- the scheduler's calls (light, non-blocking) -----------------------------
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        k = block_key(key)
+        with self._mu:
+            if k in self._storing:
+                return LookupResult.RETRY
+            if k in self._unloadable:
+                # A load of it failed: a HIT now would have vLLM promote it
+                # again every step. It is a miss until stored again.
+                return LookupResult.MISS
+        client = self._connect_lookup()
+        if client is None:
+            return LookupResult.MISS
+        try:
+            hit = client.lookup(Keys([k])).hits
+        except Error as e:
+            self._lost(e)
+            return LookupResult.MISS
+        return LookupResult.HIT if hit == 1 else LookupResult.MISS
+
+    def submit_store(self, job_metadata: TransferJob) -> None:
+        keys = list(job_metadata.keys)
+        chunk_ids = np.asarray(job_metadata.chunk_ids).tolist()
+        if len(keys) != len(chunk_ids):
+            raise ValueError(f"kvtier.vllm_offload: {len(keys)} keys but {len(chunk_ids)} "
+                             "chunks in a store job")
+        ordered = self._chain_order(keys, chunk_ids, job_metadata.req_context)
+        names = [block_key(k) for k in keys]
+        with self._mu:
+            for n in names:
+                self._storing[n] = self._storing.get(n, 0) + 1
+                self._unloadable.discard(n)
+        self._submit(job_metadata.job_id, self._store, ordered, names)
+
+    def submit_load(self, job_metadata: TransferJob) -> None:
+        keys = list(job_metadata.keys)
+        chunk_ids = np.asarray(job_metadata.chunk_ids).tolist()
+        if len(keys) != len(chunk_ids):
+            raise ValueError(f"kvtier.vllm_offload: {len(keys)} keys but {len(chunk_ids)} "
+                             "chunks in a load job")
+        self._submit(job_metadata.job_id, self._load, list(zip(keys, chunk_ids)), None,
+                     loading=[block_key(k) for k in keys])
+
+    def get_finished_jobs(self) -> Iterable[JobResult]:
+        out = []
+        while True:
+            try:
+                out.append(self._finished.get_nowait())
+            except queue.Empty:
+                return out
+
+    def has_pending_work(self) -> bool:
+        with self._mu:
+            return bool(self._in_flight)
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return RequestOffloadingContext()
+
+    def drain_jobs(self) -> None:
+        with self._mu:
+            pending = list(self._in_flight.values())
+        for f in pending:
+            f.result()
+
+    def shutdown(self) -> None:
+        self.drain_jobs()
+        self._pool.shutdown(wait=True)
+        self._rows = None  # (vLLM closes the buffer next: no view of it may stay)
+        for c in self._clients:
+            try:
+                c.close()
+            except Error:
+                pass
+        self._clients.clear()
+        self._lookup_client = None
+
+    # -- the copy threads --------------------------------------------------------
+
+    def _submit(self, job_id: int, work: Any, items: Any, names: Optional[list[bytes]],
+                loading: Optional[list[bytes]] = None) -> None:
+        """Runs work(job_id, items) on a copy thread; its JobResult (a failure
+        if it raised) goes to get_finished_jobs. `names`: the block keys a
+        store writes (RETRY until it ends); `loading`: those a load reads."""
+        def run() -> None:
+            start = time.monotonic()
+            try:
+                result = work(job_id, items)
+            except Exception as e:  # a job must report, whatever happened
+                self._lost(e)
+                result = JobResult(job_id=job_id, success=False)
+                if loading is not None:
+                    with self._mu:
+                        self._unloadable.update(loading)
+            finally:
+                if names is not None:
+                    with self._mu:
+                        for n in names:
+                            left = self._storing.get(n, 0) - 1
+                            if left > 0:
+                                self._storing[n] = left
+                            else:
+                                self._storing.pop(n, None)
+            result.transfer_time = time.monotonic() - start
+            with self._mu:
+                self._in_flight.pop(job_id, None)
+            self._finished.put(result)
+
+        with self._mu:
+            self._in_flight[job_id] = self._pool.submit(run)
+
+    def _store(self, job_id: int, chains: list[tuple[Optional[bytes], list[tuple[bytes, int]]]]
+               ) -> JobResult:
+        client = self._thread_client()
+        moved = 0
+        for parent, run in chains:
+            keys = Keys([k for k, _ in run])
+            try:
+                handle = client.allocate(keys, tier=Tier.HOST, parent=parent)
+            except Error:
+                if parent is None:
+                    raise
+                # (The parent left kvtierd since: the run stands alone.)
+                handle = client.allocate(keys, tier=Tier.HOST, parent=None)
+            with handle as w:
+                # Chunks after one kvtierd had no room for come back SKIPPED:
+                # the job fails for them (vLLM keeps them in its own tier or
+                # recomputes them); the others are written.
+                skipped = WriteState.SKIPPED in w.states
+                for i in w.allocated:
+                    w.write(i, self._rows[run[i][1]])
+                    moved += self._chunk_bytes
+                w.commit()
+            if skipped:
+                return JobResult(job_id=job_id, success=False, transfer_bytes=moved)
+        return JobResult(job_id=job_id, success=True, transfer_bytes=moved)
+
+    def _load(self, job_id: int, items: list[tuple[OffloadKey, int]]) -> JobResult:
+        client = self._thread_client()
+        keys = [block_key(k) for k, _ in items]
+        done: list[OffloadKey] = []
+        moved = 0
+        # One ACQUIRE a run of chunks; each chunk its own (a lease covers the
+        # leading cached keys of what it asks for, so a gap must not end it).
+        for (key, chunk), name in zip(items, keys):
+            with client.acquire(Keys([name]), tier=Tier.HOST) as lease:
+                if len(lease) != 1:
+                    continue
+                src = np.asarray(lease[0])
+                if src.nbytes != self._chunk_bytes:  # (its namespace says it cannot)
+                    continue
+                self._rows[chunk][:] = src
+                del src
+                moved += self._chunk_bytes
+                done.append(key)
+        if len(done) == len(items):
+            return JobResult(job_id=job_id, success=True, transfer_bytes=moved)
+        with self._mu:
+            loaded = {block_key(k) for k in done}
+            self._unloadable.update(k for k in keys if k not in loaded)
+        return JobResult(job_id=job_id, success=False, successful_keys=done,
+                         transfer_bytes=moved)
+
+    # -- connections ---------------------------------------------------------------
+
+    def _new_client(self) -> Client:
+        socket = _auto.resolve(self._socket, default_auto=True)
+        client = Client(self.model_id, self.layout, socket=socket, salt=self._salt,
+                        client_name="vllm-offload", timeout_ms=self._timeout_ms)
+        self._clients.append(client)
+        return client
+
+    def _connect_lookup(self) -> Optional[Client]:
+        if self._lookup_client is not None and not self._lookup_client.closed:
+            return self._lookup_client
+        if time.monotonic() < self._down_until:
+            return None
+        try:
+            self._lookup_client = self._new_client()
+        except Error as e:
+            self._lost(e)
+            return None
+        return self._lookup_client
+
+    def _thread_client(self) -> Client:
+        client = getattr(self._local, "client", None)
+        if client is None or client.closed:
+            client = self._new_client()
+            self._local.client = client
+        return client
+
+    def _lost(self, e: BaseException) -> None:
+        """kvtierd failed a call: its clients are dropped (reconnected after
+        retry_interval_s) and the cause logged once."""
+        cause = f"{type(e).__name__}: {e}"
+        if cause not in self._warned:
+            self._warned.add(cause)
+            logger.warning("kvtier.vllm_offload: kvtierd failed (%s); its chunks count as "
+                           "misses until it answers again", cause)
+        if isinstance(e, Error) and type(e).__name__ in ("UnavailableError", "IoError"):
+            self._down_until = time.monotonic() + self._retry_interval_s
+            self._lookup_client = None
+            self._local.client = None
+
+    # -- chains ------------------------------------------------------------------
+
+    def _chain_order(self, keys: list[OffloadKey], chunk_ids: list[int],
+                     req_context: ReqContext) -> list[tuple[Optional[bytes], list[tuple[bytes, int]]]]:
+        """The job's chunks as runs of consecutive chunks of their request, each
+        with the block key of the chunk before it (its parent) when known."""
+        positions = [req_context.get_offload_key_position(k) for k in keys]
+        if any(p is None for p in positions) or self._chunk_tokens <= 0:
+            return [(None, [(block_key(k), c)]) for k, c in zip(keys, chunk_ids)]
+        order = sorted(range(len(keys)), key=lambda i: positions[i])
+        runs: list[tuple[Optional[bytes], list[tuple[bytes, int]]]] = []
+        prev_pos: Optional[int] = None
+        for i in order:
+            name = block_key(keys[i])
+            if prev_pos is not None and positions[i] == prev_pos + self._chunk_tokens:
+                runs[-1][1].append((name, chunk_ids[i]))
+            else:
+                runs.append((None, [(name, chunk_ids[i])]))
+            prev_pos = positions[i]
+        return runs
+
+
+def _spec_attr(spec: Any, name: str, default: Any) -> Any:
+    return getattr(spec, name, default) if spec is not None else default
+
+
+def _spec_model(spec: Any) -> str:
+    config = _spec_attr(spec, "config", None)
+    model = getattr(getattr(config, "model", None), "name", None)
+    if not model:
+        raise ValueError("kvtier.vllm_offload: no model to name the namespace by; set model_id")
+    return str(model)
