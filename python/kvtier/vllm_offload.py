@@ -266,23 +266,20 @@ class KvtierTier(SecondaryTierManager):
         moved = 0
         for parent, run in chains:
             keys = Keys([k for k, _ in run])
+            rows = [c for _, c in run]
+            # allocate, copy and commit in one call without the GIL (the
+            # scheduler's thread holds it most of the time).
             try:
-                handle = client.allocate(keys, tier=Tier.HOST, parent=parent)
+                states = client.put_rows(keys, self._rows, rows, parent=parent, tier=Tier.HOST)
             except Error:
                 if parent is None:
                     raise
                 # (The parent left kvtierd since: the run stands alone.)
-                handle = client.allocate(keys, tier=Tier.HOST, parent=None)
-            with handle as w:
-                # Chunks after one kvtierd had no room for come back SKIPPED:
-                # the job fails for them (vLLM keeps them in its own tier or
-                # recomputes them); the others are written.
-                skipped = WriteState.SKIPPED in w.states
-                for i in w.allocated:
-                    w.write(i, self._rows[run[i][1]])
-                    moved += self._chunk_bytes
-                w.commit()
-            if skipped:
+                states = client.put_rows(keys, self._rows, rows, parent=None, tier=Tier.HOST)
+            moved += self._chunk_bytes * sum(1 for st in states if st == WriteState.ALLOCATED)
+            # Chunks after one kvtierd had no room for come back SKIPPED: the job
+            # fails for them (vLLM keeps them in its own tier or recomputes them).
+            if WriteState.SKIPPED in states:
                 return JobResult(job_id=job_id, success=False, transfer_bytes=moved)
         return JobResult(job_id=job_id, success=True, transfer_bytes=moved)
 
@@ -291,19 +288,16 @@ class KvtierTier(SecondaryTierManager):
         keys = [block_key(k) for k, _ in items]
         done: list[OffloadKey] = []
         moved = 0
-        # One ACQUIRE a run of chunks; each chunk its own (a lease covers the
-        # leading cached keys of what it asks for, so a gap must not end it).
-        for (key, chunk), name in zip(items, keys):
-            with client.acquire(Keys([name]), tier=Tier.HOST) as lease:
-                if len(lease) != 1:
-                    continue
-                src = np.asarray(lease[0])
-                if src.nbytes != self._chunk_bytes:  # (its namespace says it cannot)
-                    continue
-                self._rows[chunk][:] = src
-                del src
-                moved += self._chunk_bytes
-                done.append(key)
+        # One call (ACQUIRE, the copies, RELEASE; without the GIL) for the
+        # leading run of cached chunks; past a chunk kvtierd no longer has, the
+        # next run.
+        i = 0
+        while i < len(items):
+            got = client.get_rows(Keys(keys[i:]), self._rows, [c for _, c in items[i:]],
+                                  tier=Tier.HOST)
+            done.extend(k for k, _ in items[i:i + got])
+            moved += got * self._chunk_bytes
+            i += got + 1  # (skipping the chunk that is gone)
         if len(done) == len(items):
             return JobResult(job_id=job_id, success=True, transfer_bytes=moved)
         with self._mu:

@@ -111,6 +111,22 @@ std::vector<SequenceTensor> SequenceTensors(const std::vector<AnyCpuTensor>& lay
 
 }  // namespace
 
+std::byte* RowOf(const ByteRows& rows, int64_t row, uint64_t bytes) {
+  const uint64_t width = rows.shape(1) * (rows.dtype().bits / 8);
+  if (rows.stride(1) != 1 || width != bytes) {
+    Throw(InvalidArgumentError("rows must be a 2-D CPU array whose rows are one block each (" +
+                               std::to_string(bytes) + " bytes, contiguous); its rows are " +
+                               std::to_string(width) + " bytes"));
+  }
+  if (row < 0 || static_cast<uint64_t>(row) >= rows.shape(0)) {
+    throw nb::index_error(("row " + std::to_string(row) + " out of range for " +
+                           std::to_string(rows.shape(0)) + " rows")
+                              .c_str());
+  }
+  return static_cast<std::byte*>(rows.data()) +
+         row * rows.stride(0) * static_cast<int64_t>(rows.dtype().bits / 8);
+}
+
 const std::shared_ptr<LeaseCore>& PyLease::core() const {
   if (core_ == nullptr) Throw(FailedPreconditionError("the lease was released"));
   return core_;
@@ -219,6 +235,34 @@ keys, values: one CPU tensor per layer, [kv_heads, seq, head_dim] or
 head_dim contiguous. Leased block i lands at sequence positions
 (first_block + i) * block_tokens onward. Runs without the GIL. K/V layouts
 only: InvalidArgumentError for a latent (MLA) one.)")
+      .def(
+          "read_rows",
+          [](const PyLease& self, ByteRows rows, const std::vector<int64_t>& row_ids) {
+            const std::shared_ptr<LeaseCore>& core = self.core();
+            const client::ReadLease& l = core->lease();
+            if (row_ids.size() < l.size()) {
+              Throw(InvalidArgumentError("read_rows: " + std::to_string(row_ids.size()) +
+                                         " rows for " + std::to_string(l.size()) + " blocks"));
+            }
+            std::vector<std::pair<const std::byte*, std::byte*>> copies;
+            for (size_t i = 0; i < l.size(); ++i) {
+              uint64_t bytes = 0;
+              const Place p = PlaceOf(*core->client(), l, i, &bytes);
+              if (p.device_type != kDLCpu) {
+                Throw(FailedPreconditionError("read_rows reads host-addressable blocks only"));
+              }
+              copies.emplace_back(p.data, RowOf(rows, row_ids[i], bytes));
+            }
+            const uint64_t bytes =
+                core->client()->Peek([](client::Client& c) { return c.block_bytes(); });
+            nb::gil_scoped_release nogil;
+            for (const auto& [src, dst] : copies) std::memcpy(dst, src, bytes);
+          },
+          nb::arg("rows"), nb::arg("row_ids"),
+          nb::sig("def read_rows(self, rows: object, row_ids: collections.abc.Sequence[int]) "
+                  "-> None"),
+          R"(Copies leased block i into row row_ids[i] of rows (a 2-D CPU array, one block a
+row, e.g. numpy's view of a buffer of chunks), every block in one call without the GIL.)")
       .def("release", &PyLease::Release,
            "Unpins the blocks (once no view of them is alive). Idempotent.")
       .def(
@@ -308,6 +352,33 @@ slots. commit() refuses (BufferError) while views of the slots are alive.)")
           nb::arg("i"), nb::arg("data"), nb::sig("def write(self, i: int, data: object) -> None"),
           "Copies one block's bytes (any C-contiguous CPU buffer of block_bytes bytes) into "
           "slot i.")
+      .def(
+          "write_rows",
+          [](const PyWriteHandle& self, ByteRows rows, const std::vector<int64_t>& row_ids) {
+            const std::shared_ptr<WriteCore>& core = self.core();
+            client::WriteHandle& h = core->write();
+            if (row_ids.size() != h.size()) {
+              Throw(InvalidArgumentError("write_rows: " + std::to_string(row_ids.size()) +
+                                         " rows for " + std::to_string(h.size()) + " keys"));
+            }
+            if (!core->client()->Peek([&](auto& c) { return c.mapped(h.tier()); })) {
+              Throw(FailedPreconditionError("write_rows writes host-addressable slots only"));
+            }
+            std::vector<std::pair<const std::byte*, std::span<std::byte>>> copies;
+            for (size_t i = 0; i < h.size(); ++i) {
+              if (h.state(i) != WireWriteState::kAllocated) continue;
+              const std::span<std::byte> slot = h.Bytes(i);
+              copies.emplace_back(RowOf(rows, row_ids[i], slot.size()), slot);
+            }
+            nb::gil_scoped_release nogil;
+            for (const auto& [src, slot] : copies) std::memcpy(slot.data(), src, slot.size());
+          },
+          nb::arg("rows"), nb::arg("row_ids"),
+          nb::sig("def write_rows(self, rows: object, row_ids: collections.abc.Sequence[int]) "
+                  "-> None"),
+          R"(Fills every ALLOCATED slot i from row row_ids[i] of rows (a 2-D CPU array, one
+block a row; row_ids has one entry per key given to allocate()), every slot in one call
+without the GIL.)")
       .def(
           "copy_from",
           [](const PyWriteHandle& self, const std::vector<AnyCpuTensor>& keys,

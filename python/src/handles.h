@@ -2,6 +2,7 @@
 #pragma once
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 
 #include <memory>
 
@@ -33,5 +34,14 @@ class PyWriteHandle {
 };
 
 void BindHandles(nb::module_& m);
+
+// Rows of a 2-D CPU array of equal-sized blocks (an engine's buffer of
+// chunks, e.g. vLLM's CPU offloading tier), read or written one block a row
+// (Lease.read_rows, WriteHandle.write_rows, Client.put_rows / get_rows).
+using ByteRows = nb::ndarray<nb::device::cpu, nb::ndim<2>>;
+
+// Row `row` of `rows`, checked: in range, exactly `bytes` bytes, contiguous
+// (InvalidArgumentError or IndexError otherwise).
+std::byte* RowOf(const ByteRows& rows, int64_t row, uint64_t bytes);
 
 }  // namespace kvtier::python

@@ -424,6 +424,76 @@ len(lease) is 0 when the first key is not cached.)")
           "Writes len(keys) blocks through the socket (a copy; for clients that cannot map the "
           "arenas). data: len(keys) * block_bytes bytes.")
       .def(
+          "put_rows",
+          [](PyClient& self, KeysArg keys, ByteRows rows, const std::vector<int64_t>& row_ids,
+             std::optional<nb::bytes> parent, WireTier tier) {
+            const KeyList k(keys);
+            std::optional<BlockKey> p;
+            if (parent) p = KeyFromPython(*parent);
+            if (row_ids.size() != k.span().size()) {
+              Throw(InvalidArgumentError("put_rows: " + std::to_string(row_ids.size()) +
+                                         " rows for " + std::to_string(k.span().size()) + " keys"));
+            }
+            const std::shared_ptr<ClientCore>& core = self.core();
+            const uint64_t bytes = core->Peek([](client::Client& c) { return c.block_bytes(); });
+            std::vector<const std::byte*> src;
+            for (int64_t row : row_ids) src.push_back(RowOf(rows, row, bytes));
+            return ValueOrThrow(
+                core->Call([&](client::Client& c) -> Result<std::vector<WireWriteState>> {
+                  if (!c.mapped(tier)) {
+                    return FailedPreconditionError("put_rows writes host-addressable tiers only");
+                  }
+                  KVTIER_ASSIGN_OR_RETURN(client::WriteHandle w, c.Allocate(k, p, tier));
+                  std::vector<WireWriteState> states;
+                  for (size_t i = 0; i < w.size(); ++i) {
+                    states.push_back(w.state(i));
+                    if (w.state(i) == WireWriteState::kAllocated) {
+                      std::memcpy(w.Bytes(i).data(), src[i], bytes);
+                    }
+                  }
+                  KVTIER_RETURN_IF_ERROR(w.Commit());
+                  return states;
+                }));
+          },
+          nb::arg("keys"), nb::arg("rows"), nb::arg("row_ids"), nb::arg("parent") = nb::none(),
+          nb::arg("tier") = WireTier::kHost,
+          nb::sig("def put_rows(self, keys: Keys | collections.abc.Sequence[bytes], rows: object, "
+                  "row_ids: collections.abc.Sequence[int], parent: bytes | None = None, "
+                  "tier: Tier = Tier.HOST) -> list[WriteState]"),
+          R"(allocate(keys, tier, parent), each ALLOCATED slot i filled from row row_ids[i] of
+rows (a 2-D CPU array, one block a row), and commit(): one call, without the GIL.
+Returns the states, as WriteHandle.states.)")
+      .def(
+          "get_rows",
+          [](PyClient& self, KeysArg keys, ByteRows rows, const std::vector<int64_t>& row_ids,
+             WireTier tier) {
+            const KeyList k(keys);
+            if (row_ids.size() != k.span().size()) {
+              Throw(InvalidArgumentError("get_rows: " + std::to_string(row_ids.size()) +
+                                         " rows for " + std::to_string(k.span().size()) + " keys"));
+            }
+            const std::shared_ptr<ClientCore>& core = self.core();
+            const uint64_t bytes = core->Peek([](client::Client& c) { return c.block_bytes(); });
+            std::vector<std::byte*> dst;
+            for (int64_t row : row_ids) dst.push_back(RowOf(rows, row, bytes));
+            return ValueOrThrow(core->Call([&](client::Client& c) -> Result<size_t> {
+              if (!c.mapped(tier)) {
+                return FailedPreconditionError("get_rows reads host-addressable tiers only");
+              }
+              KVTIER_ASSIGN_OR_RETURN(client::ReadLease l, c.Acquire(k, tier));
+              for (size_t i = 0; i < l.size(); ++i) std::memcpy(dst[i], l.Bytes(i).data(), bytes);
+              const size_t n = l.size();
+              KVTIER_RETURN_IF_ERROR(l.Release());
+              return n;
+            }));
+          },
+          nb::arg("keys"), nb::arg("rows"), nb::arg("row_ids"), nb::arg("tier") = WireTier::kHost,
+          nb::sig("def get_rows(self, keys: Keys | collections.abc.Sequence[bytes], rows: object, "
+                  "row_ids: collections.abc.Sequence[int], tier: Tier = Tier.HOST) -> int"),
+          R"(acquire(keys, tier), leased block i copied into row row_ids[i] of rows (a 2-D CPU
+array, one block a row), and the lease released: one call, without the GIL.
+Returns how many leading blocks were copied.)")
+      .def(
           "get",
           [](PyClient& self, KeysArg keys) {
             const KeyList k(keys);

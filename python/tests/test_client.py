@@ -106,6 +106,42 @@ def test_inline_put_and_get_copy_through_the_socket(daemon):
             c.put(keys, data[:-1])
 
 
+def test_rows_of_a_chunk_buffer_in_and_out_in_one_call(daemon):
+    # An engine's buffer of chunks (vLLM's CPU offloading tier): a 2-D array,
+    # one block a row, written into slots and read back by row numbers.
+    bb = LAYOUT.block_bytes
+    buf = np.random.default_rng(3).integers(0, 256, (6, bb), dtype=np.uint8)
+    with client(daemon) as c:
+        keys = c.block_keys(list(range(16 * 4)))
+        states = c.put_rows(keys[:2], buf, [4, 1])
+        assert states == [kvtier.WriteState.ALLOCATED] * 2
+        with c.allocate(keys, parent=None) as w:  # the first two exist already
+            assert w.states[:2] == [kvtier.WriteState.EXISTS] * 2
+            w.write_rows(buf, [0, 0, 2, 3])  # (rows of EXISTS keys are not read)
+            w.commit()
+        out = np.zeros_like(buf)
+        assert c.get_rows(keys, out, [5, 4, 3, 2]) == 4
+        assert (out[5] == buf[4]).all() and (out[4] == buf[1]).all()
+        assert (out[3] == buf[2]).all() and (out[2] == buf[3]).all()
+        with c.acquire(keys[2:]) as lease:
+            out2 = np.zeros_like(buf)
+            lease.read_rows(out2, [0, 1])
+            assert (out2[0] == buf[2]).all() and (out2[1] == buf[3]).all()
+        # Only the leading cached run is copied.
+        other = c.block_keys(list(range(1000, 1000 + 16)))
+        assert c.get_rows(other + keys, out, [0, 1, 2, 3, 4]) == 0
+        # Wrong rows: clear errors, nothing written.
+        with pytest.raises(kvtier.InvalidArgumentError, match="rows must be"):
+            c.put_rows(other, np.zeros((2, bb + 4), np.uint8), [0])
+        with pytest.raises(IndexError):
+            c.put_rows(other, buf, [6])
+        with pytest.raises(kvtier.InvalidArgumentError, match="1 rows for 2 keys"):
+            c.get_rows(keys[:2], out, [0])
+        with pytest.raises(kvtier.InvalidArgumentError, match="rows must be"):
+            c.get_rows(keys[:1], buf[:, ::2], [0])  # not contiguous
+        assert c.lookup(other).hits == 0
+
+
 def test_write_handle_states_parent_and_copy_in(daemon):
     with client(daemon) as c:
         keys = c.block_keys(list(range(200, 264)))
