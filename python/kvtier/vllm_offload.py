@@ -353,9 +353,10 @@ class KvtierTier(SecondaryTierManager):
                      req_context: ReqContext) -> list[tuple[Optional[bytes], list[tuple[bytes, int]]]]:
         """The job's chunks as runs of consecutive chunks of their request, each
         with the block key of the chunk before it (its parent) when known."""
-        positions = [req_context.get_offload_key_position(k) for k in keys]
-        if any(p is None for p in positions) or self._chunk_tokens <= 0:
+        known = [req_context.get_offload_key_position(k) for k in keys]
+        if any(p is None for p in known) or self._chunk_tokens <= 0:
             return [(None, [(block_key(k), c)]) for k, c in zip(keys, chunk_ids)]
+        positions = [int(p or 0) for p in known]
         order = sorted(range(len(keys)), key=lambda i: positions[i])
         runs: list[tuple[Optional[bytes], list[tuple[bytes, int]]]] = []
         prev_pos: Optional[int] = None

@@ -457,9 +457,6 @@ len(lease) is 0 when the first key is not cached.)")
           },
           nb::arg("keys"), nb::arg("rows"), nb::arg("row_ids"), nb::arg("parent") = nb::none(),
           nb::arg("tier") = WireTier::kHost,
-          nb::sig("def put_rows(self, keys: Keys | collections.abc.Sequence[bytes], rows: object, "
-                  "row_ids: collections.abc.Sequence[int], parent: bytes | None = None, "
-                  "tier: Tier = Tier.HOST) -> list[WriteState]"),
           R"(allocate(keys, tier, parent), each ALLOCATED slot i filled from row row_ids[i] of
 rows (a 2-D CPU array, one block a row), and commit(): one call, without the GIL.
 Returns the states, as WriteHandle.states.)")
@@ -488,8 +485,6 @@ Returns the states, as WriteHandle.states.)")
             }));
           },
           nb::arg("keys"), nb::arg("rows"), nb::arg("row_ids"), nb::arg("tier") = WireTier::kHost,
-          nb::sig("def get_rows(self, keys: Keys | collections.abc.Sequence[bytes], rows: object, "
-                  "row_ids: collections.abc.Sequence[int], tier: Tier = Tier.HOST) -> int"),
           R"(acquire(keys, tier), leased block i copied into row row_ids[i] of rows (a 2-D CPU
 array, one block a row), and the lease released: one call, without the GIL.
 Returns how many leading blocks were copied.)")
