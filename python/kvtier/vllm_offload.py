@@ -37,9 +37,10 @@ How it maps vLLM's interface onto kvtierd:
 
 - A chunk is one kvtierd block of the chunk's bytes, named by a 16-byte digest
   (BLAKE2b) of vLLM's offload key (its chained block hash and KV cache
-  group). Its layout is the chunk's bytes as one latent plane of fp16 over the
-  chunk's tokens: kvtierd keeps and moves the bytes, never interprets them, and
-  a chunk of another size is another namespace (a miss, never a wrong block).
+  group), in the namespace ``<model_id>/vllm-offload-<chunk bytes>``. Its
+  layout is the chunk's bytes as one latent plane of fp16 over the chunk's
+  tokens: kvtierd keeps and moves the bytes, never interprets them, and a
+  chunk of another size is another namespace (a miss, never a wrong block).
 - ``lookup`` asks kvtierd (one LOOKUP; a chunk this tier is still storing is
   RETRY). ``submit_store`` and ``submit_load`` queue the copy on a thread:
   a store allocates the blocks in kvtierd's shared host arena, copies each from
@@ -75,7 +76,8 @@ from vllm.v1.kv_offload.base import (
 )
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
-from . import Client, Keys, Layout, Tier, WriteState, _auto
+from . import Client, Keys, Tier, WriteState, _auto
+from ._chunks import chunk_layout
 from .errors import Error
 
 if TYPE_CHECKING:
@@ -90,17 +92,6 @@ _KEY_BYTES = 16
 def block_key(key: OffloadKey) -> bytes:
     """kvtierd's name for a chunk: a 16-byte digest of vLLM's offload key."""
     return hashlib.blake2b(bytes(key), digest_size=_KEY_BYTES, person=b"kvtier-vllm-off").digest()
-
-
-def chunk_layout(chunk_bytes: int, chunk_tokens: int) -> Layout:
-    """A layout of exactly `chunk_bytes` bytes a block: one latent fp16 plane over the
-    chunk's tokens (or over one token, when the bytes do not divide by them)."""
-    if chunk_bytes <= 0 or chunk_bytes % 2:
-        raise ValueError(f"kvtier.vllm_offload: a chunk of {chunk_bytes} bytes is not a "
-                         "whole number of 16-bit values")
-    tokens = chunk_tokens if chunk_tokens > 0 and chunk_bytes % (2 * chunk_tokens) == 0 else 1
-    return Layout(layers=1, kv_heads=1, head_dim=chunk_bytes // (2 * tokens), dtype="fp16",
-                  block_tokens=tokens, kind="latent")
 
 
 class KvtierTier(SecondaryTierManager):
@@ -129,6 +120,8 @@ class KvtierTier(SecondaryTierManager):
             _spec_attr(offloading_spec, "blocks_per_chunk", 1) or 1)
         self.layout = chunk_layout(self._chunk_bytes, self._chunk_tokens)
         self.model_id = model_id or _spec_model(offloading_spec)
+        # kvtierd's namespace: a name with one layout, so the chunk size is in it.
+        self.namespace_model = f"{self.model_id}/vllm-offload-{self._chunk_bytes}"
         self._salt = salt
         self._socket = socket
         self._timeout_ms = int(timeout_ms)
@@ -310,7 +303,7 @@ class KvtierTier(SecondaryTierManager):
 
     def _new_client(self) -> Client:
         socket = _auto.resolve(self._socket, default_auto=True)
-        client = Client(self.model_id, self.layout, socket=socket, salt=self._salt,
+        client = Client(self.namespace_model, self.layout, socket=socket, salt=self._salt,
                         client_name="vllm-offload", timeout_ms=self._timeout_ms)
         self._clients.append(client)
         return client

@@ -45,7 +45,7 @@ def test_a_second_process_loads_what_the_first_stored(daemon) -> None:
         # Its tail was never stored: a miss after the stored prefix.
         assert o.load(b"system prompt", 6)["lookups"] == ["HIT"] * 4 + ["MISS"]
     # One kvtierd block a chunk, chained as the request's chunks are.
-    with kvtier.Client("kvtier-test/tiny", chunk_layout(4096, TOKENS),
+    with kvtier.Client("kvtier-test/tiny/vllm-offload-4096", chunk_layout(4096, TOKENS),
                        socket=daemon.socket) as c:
         names = [block_key(k) for k in offload_keys(b"system prompt", 4)]
         assert c.lookup(kvtier.Keys(names)).hits == 4
@@ -80,7 +80,7 @@ def test_a_load_of_chunks_gone_since_the_lookup_fails_once_then_misses(daemon) -
         o.store(b"p", 4)
         o.fill(b"q", 8)
         # Gone from kvtierd between vLLM's lookup and its load.
-        with kvtier.Client("kvtier-test/tiny", chunk_layout(4096, TOKENS),
+        with kvtier.Client("kvtier-test/tiny/vllm-offload-4096", chunk_layout(4096, TOKENS),
                            socket=daemon.socket) as c:
             names = [block_key(k) for k in offload_keys(b"p", 4)]
             c.remove(kvtier.Keys(names[2:3]))  # (the chunk after it goes with it)
@@ -103,7 +103,8 @@ def test_a_full_kvtierd_fails_the_store_and_serves_no_wrong_block(start_daemon) 
     d = start_daemon("--host-capacity", "1MiB", "--host-slab", "1MiB")
     layout = chunk_layout(128 << 10, TOKENS)
     with Offload(tier_config(d.socket), chunks=16, chunk_bytes=128 << 10) as o, \
-            kvtier.Client("kvtier-test/tiny", layout, socket=d.socket) as c:
+            kvtier.Client(f"kvtier-test/tiny/vllm-offload-{128 << 10}", layout,
+                          socket=d.socket) as c:
         o.store(b"pinned", 8)  # kvtierd's 8 slots
         names = [block_key(k) for k in offload_keys(b"pinned", 8)]
         with c.acquire(kvtier.Keys(names)) as lease:  # every slot pinned by a reader
