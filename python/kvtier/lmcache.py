@@ -104,7 +104,8 @@ class KvtierL2Client:
         self._timeout_ms = int(timeout_ms)
         self._retry_interval_s = float(retry_interval_s)
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, int(threads)),
+        self._threads = max(1, int(threads))
+        self._pool = ThreadPoolExecutor(max_workers=self._threads,
                                         thread_name_prefix="kvtier-lmcache")
         self._mu = threading.Lock()
         self._done: list[tuple[int, bool, str, Optional[list[bool]]]] = []
@@ -164,74 +165,75 @@ class KvtierL2Client:
         if len(keys) != (len(bufs) if bufs is not None else len(keys)):
             raise ValueError(f"kvtier.lmcache: {len(keys)} keys but {len(bufs)} buffers")
 
-        def run() -> None:
+        # A batch is split over the copy threads (its keys' order kept); the
+        # future completes when every part has, failed if any part failed.
+        parts = max(1, min(self._threads, len(keys)))
+        bounds = [len(keys) * p // parts for p in range(parts + 1)]
+        results: list[Any] = [None] * parts
+        errors: list[str] = []
+        left = [parts]
+
+        def run(p: int) -> None:
+            lo, hi = bounds[p], bounds[p + 1]
             try:
                 if time.monotonic() < self._down_until:
                     raise ConnectionError("kvtierd is unreachable (retrying after "
                                           f"{self._retry_interval_s} s)")
-                item = (fid, True, "", work(keys, bufs))
+                results[p] = work(keys[lo:hi], bufs[lo:hi] if bufs is not None else None)
             except Exception as e:  # every future completes, whatever happened
                 self._lost(e)
-                item = (fid, False, f"{type(e).__name__}: {e}", None)
+                errors.append(f"{type(e).__name__}: {e}")
             with self._mu:
+                left[0] -= 1
+                if left[0] > 0:
+                    return
+                if errors:
+                    item: tuple[int, bool, str, Optional[list[bool]]] = (fid, False, errors[0], None)
+                elif any(r is None for r in results):
+                    item = (fid, True, "", None)
+                else:
+                    item = (fid, True, "", [b for r in results for b in r])
                 self._done.append(item)
             os.eventfd_write(self._efd, 1)
 
-        self._pool.submit(run)
+        for p in range(parts):
+            self._pool.submit(run, p)
         return fid
 
     def _pages(self, length: int) -> int:
         return -(-(length + _HEADER) // self.page_bytes)
 
+    def _header(self, length: int) -> np.ndarray:
+        header = np.zeros(_HEADER, np.uint8)
+        header[:4] = np.frombuffer(_MAGIC, np.uint8)
+        header[8:] = np.frombuffer(struct.pack("<Q", length), np.uint8)
+        return header
+
     def _set(self, keys: list[str], bufs: list[memoryview]) -> None:
         client = self._client()
-        P = self.page_bytes
         for key, buf in zip(keys, bufs):
             src = _bytes_of(buf)
             n = self._pages(src.nbytes)
-            with client.allocate(Keys(page_keys(key, n)), tier=Tier.HOST) as w:
-                if WriteState.SKIPPED in w.states:
-                    raise ResourceWarning("kvtierd had no room for the whole chunk")
-                header = np.zeros(_HEADER, np.uint8)
-                header[:4] = np.frombuffer(_MAGIC, np.uint8)
-                header[8:] = np.frombuffer(struct.pack("<Q", src.nbytes), np.uint8)
-                # (Pages kvtierd holds already, EXISTS, are these same bytes.)
-                for i in w.allocated:
-                    page = np.asarray(w[i])
-                    start = 0 if i == 0 else i * P - _HEADER
-                    if i == 0:
-                        page[:_HEADER] = header
-                        body = page[_HEADER:]
-                    else:
-                        body = page
-                    part = src[start:start + body.nbytes]
-                    body[:part.nbytes] = part  # (numpy copies without the GIL)
-                    del page, body
-                w.commit()
+            # Allocate, header and bytes laid over the pages, commit: one call
+            # without the GIL. (Pages kvtierd holds already, EXISTS, are these
+            # same bytes.)
+            states = client.put_concat(Keys(page_keys(key, n)), self._header(src.nbytes), src,
+                                       tier=Tier.HOST)
+            if WriteState.SKIPPED in states:
+                raise ResourceWarning("kvtierd had no room for the whole chunk")
         return None
 
     def _get(self, keys: list[str], bufs: list[memoryview]) -> list[bool]:
         client = self._client()
-        P = self.page_bytes
         out = []
         for key, buf in zip(keys, bufs):
             dst = _bytes_of(buf)
             n = self._pages(dst.nbytes)
-            with client.acquire(Keys(page_keys(key, n)), tier=Tier.HOST) as lease:
-                ok = len(lease) == n
-                if ok:
-                    first = np.asarray(lease[0])
-                    ok = bytes(first[:4]) == _MAGIC and \
-                        struct.unpack_from("<Q", bytes(first[8:_HEADER]))[0] == dst.nbytes
-                    del first
-                if ok:
-                    for i in range(n):
-                        page = np.asarray(lease[i])
-                        body = page[_HEADER:] if i == 0 else page
-                        start = 0 if i == 0 else i * P - _HEADER
-                        part = dst[start:start + body.nbytes]
-                        part[:] = body[:part.nbytes]
-                        del page, body
+            # Copied only if the chain is whole and its header names this
+            # length (another chunk under these keys: -1, nothing copied).
+            got = client.get_concat(Keys(page_keys(key, n)), self._header(dst.nbytes), dst,
+                                    tier=Tier.HOST)
+            ok = got == n
             out.append(ok)
         return out
 

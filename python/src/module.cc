@@ -489,6 +489,103 @@ Returns the states, as WriteHandle.states.)")
 array, one block a row), and the lease released: one call, without the GIL.
 Returns how many leading blocks were copied.)")
       .def(
+          "put_concat",
+          [](PyClient& self, KeysArg keys, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> head,
+             nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> data,
+             std::optional<nb::bytes> parent, WireTier tier) {
+            const KeyList k(keys);
+            std::optional<BlockKey> p;
+            if (parent) p = KeyFromPython(*parent);
+            const std::shared_ptr<ClientCore>& core = self.core();
+            const uint64_t bytes = core->Peek([](client::Client& c) { return c.block_bytes(); });
+            const uint64_t total = head.nbytes() + data.nbytes();
+            const size_t n = k.span().size();
+            if (total > n * bytes || total <= (n - 1) * bytes) {
+              Throw(InvalidArgumentError("put_concat: " + std::to_string(total) +
+                                         " bytes do not fill " + std::to_string(n) + " blocks of " +
+                                         std::to_string(bytes)));
+            }
+            const auto* h = static_cast<const std::byte*>(head.data());
+            const auto* d = static_cast<const std::byte*>(data.data());
+            const uint64_t hn = head.nbytes();
+            return ValueOrThrow(
+                core->Call([&](client::Client& c) -> Result<std::vector<WireWriteState>> {
+                  if (!c.mapped(tier)) {
+                    return FailedPreconditionError("put_concat writes host-addressable tiers only");
+                  }
+                  KVTIER_ASSIGN_OR_RETURN(client::WriteHandle w, c.Allocate(k, p, tier));
+                  std::vector<WireWriteState> states;
+                  for (size_t i = 0; i < w.size(); ++i) {
+                    states.push_back(w.state(i));
+                    if (w.state(i) != WireWriteState::kAllocated) continue;
+                    // Block i holds bytes [i * bytes, (i + 1) * bytes) of head + data.
+                    std::byte* slot = w.Bytes(i).data();
+                    uint64_t at = i * bytes, filled = 0;
+                    while (filled < bytes && at < total) {
+                      const bool in_head = at < hn;
+                      const uint64_t left = in_head ? hn - at : total - at;
+                      const uint64_t len = std::min(left, bytes - filled);
+                      std::memcpy(slot + filled, in_head ? h + at : d + (at - hn), len);
+                      filled += len;
+                      at += len;
+                    }
+                    if (filled < bytes) std::memset(slot + filled, 0, bytes - filled);
+                  }
+                  KVTIER_RETURN_IF_ERROR(w.Commit());
+                  return states;
+                }));
+          },
+          nb::arg("keys"), nb::arg("head"), nb::arg("data"), nb::arg("parent") = nb::none(),
+          nb::arg("tier") = WireTier::kHost,
+          R"(allocate(keys, tier, parent), the ALLOCATED slots filled with their share of
+head + data laid end to end over the blocks (the last one zero-padded; len(keys)
+blocks must be just enough), and commit(): one call, without the GIL. For an
+engine's chunk larger than a block. Returns the states.)")
+      .def(
+          "get_concat",
+          [](PyClient& self, KeysArg keys, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> head,
+             nb::ndarray<nb::c_contig, nb::device::cpu> data, WireTier tier) {
+            const KeyList k(keys);
+            const std::shared_ptr<ClientCore>& core = self.core();
+            const uint64_t bytes = core->Peek([](client::Client& c) { return c.block_bytes(); });
+            const uint64_t hn = head.nbytes(), total = hn + data.nbytes();
+            const size_t n = k.span().size();
+            if (hn > bytes || total > n * bytes || total <= (n - 1) * bytes) {
+              Throw(InvalidArgumentError("get_concat: " + std::to_string(total) +
+                                         " bytes are not those of " + std::to_string(n) +
+                                         " blocks of " + std::to_string(bytes)));
+            }
+            const auto* h = static_cast<const std::byte*>(head.data());
+            auto* d = static_cast<std::byte*>(data.data());
+            return ValueOrThrow(core->Call([&](client::Client& c) -> Result<int64_t> {
+              if (!c.mapped(tier)) {
+                return FailedPreconditionError("get_concat reads host-addressable tiers only");
+              }
+              KVTIER_ASSIGN_OR_RETURN(client::ReadLease l, c.Acquire(k, tier));
+              int64_t got = static_cast<int64_t>(l.size());
+              if (got == static_cast<int64_t>(n) && std::memcmp(l.Bytes(0).data(), h, hn) != 0) {
+                got = -1;  // another chunk under these keys: nothing copied
+              } else if (got == static_cast<int64_t>(n)) {
+                for (size_t i = 0; i < n; ++i) {
+                  // Block i holds bytes [i * bytes, (i + 1) * bytes) of head + data.
+                  const uint64_t from = std::max(i * bytes, hn);
+                  const uint64_t to = std::min((i + 1) * bytes, total);
+                  if (from < to) {
+                    std::memcpy(d + (from - hn), l.Bytes(i).data() + (from - i * bytes), to - from);
+                  }
+                }
+              }
+              KVTIER_RETURN_IF_ERROR(l.Release());
+              return got;
+            }));
+          },
+          nb::arg("keys"), nb::arg("head"), nb::arg("data"), nb::arg("tier") = WireTier::kHost,
+          R"(acquire(keys, tier); if every key is leased and the blocks laid end to end begin
+with the bytes of head, the bytes after them copied into data (len(keys) blocks must be
+just enough for head + data); the lease released: one call, without the GIL. Returns how
+many leading blocks were leased (data was filled only if all were), or -1 when they
+begin with other bytes than head's (nothing copied).)")
+      .def(
           "get",
           [](PyClient& self, KeysArg keys) {
             const KeyList k(keys);
