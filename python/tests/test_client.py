@@ -142,6 +142,28 @@ def test_rows_of_a_chunk_buffer_in_and_out_in_one_call(daemon):
         assert c.lookup(other).hits == 0
 
 
+def test_a_chunk_laid_over_a_chain_of_blocks(daemon):
+    # An engine's chunk larger than a block (LMCache's): a head and the bytes
+    # laid end to end over 3 blocks, read back only if the head matches.
+    bb = LAYOUT.block_bytes
+    head = np.frombuffer(b"HEAD" + bytes(12), np.uint8)
+    data = np.random.default_rng(5).integers(0, 256, 3 * bb - 16 - 100, dtype=np.uint8)
+    with client(daemon) as c:
+        keys = c.block_keys(list(range(16 * 3)))
+        assert c.put_concat(keys, head, data) == [kvtier.WriteState.ALLOCATED] * 3
+        out = np.zeros_like(data)
+        assert c.get_concat(keys, head, out) == 3
+        assert (out == data).all()
+        other = np.frombuffer(b"ELSE" + bytes(12), np.uint8)
+        out2 = np.zeros_like(data)
+        assert c.get_concat(keys, other, out2) == -1 and (out2 == 0).all()
+        assert c.get_concat(c.block_keys(list(range(900, 948))), head, out2) == 0
+        with pytest.raises(kvtier.InvalidArgumentError, match="do not fill 2 blocks"):
+            c.put_concat(keys[:2], head, data)
+        with pytest.raises(kvtier.InvalidArgumentError, match="not those of 4 blocks"):
+            c.get_concat(c.block_keys(list(range(16 * 4))), head, out)
+
+
 def test_write_handle_states_parent_and_copy_in(daemon):
     with client(daemon) as c:
         keys = c.block_keys(list(range(200, 264)))
