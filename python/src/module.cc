@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 
+#include "chunk_copies.h"
 #include "common/fp8.h"
 #include "core.h"
 #include "handles.h"
@@ -55,6 +56,12 @@ void CheckOptions(const client::ClientOptions& o) {
 std::string DefaultSocket() {
   const char* env = std::getenv("KVTIER_SOCKET");
   return env != nullptr && *env != '\0' ? env : client::kDefaultSocketPath;
+}
+
+// A read-only CPU buffer's bytes.
+template <typename Array>
+std::span<const std::byte> ConstBytesOf(const Array& a) {
+  return {static_cast<const std::byte*>(a.data()), a.nbytes()};
 }
 
 class PyClient {
@@ -430,30 +437,7 @@ len(lease) is 0 when the first key is not cached.)")
             const KeyList k(keys);
             std::optional<BlockKey> p;
             if (parent) p = KeyFromPython(*parent);
-            if (row_ids.size() != k.span().size()) {
-              Throw(InvalidArgumentError("put_rows: " + std::to_string(row_ids.size()) +
-                                         " rows for " + std::to_string(k.span().size()) + " keys"));
-            }
-            const std::shared_ptr<ClientCore>& core = self.core();
-            const uint64_t bytes = core->Peek([](client::Client& c) { return c.block_bytes(); });
-            std::vector<const std::byte*> src;
-            for (int64_t row : row_ids) src.push_back(RowOf(rows, row, bytes));
-            return ValueOrThrow(
-                core->Call([&](client::Client& c) -> Result<std::vector<WireWriteState>> {
-                  if (!c.mapped(tier)) {
-                    return FailedPreconditionError("put_rows writes host-addressable tiers only");
-                  }
-                  KVTIER_ASSIGN_OR_RETURN(client::WriteHandle w, c.Allocate(k, p, tier));
-                  std::vector<WireWriteState> states;
-                  for (size_t i = 0; i < w.size(); ++i) {
-                    states.push_back(w.state(i));
-                    if (w.state(i) == WireWriteState::kAllocated) {
-                      std::memcpy(w.Bytes(i).data(), src[i], bytes);
-                    }
-                  }
-                  KVTIER_RETURN_IF_ERROR(w.Commit());
-                  return states;
-                }));
+            return PutRows(*self.core(), k, rows, row_ids, p, tier);
           },
           nb::arg("keys"), nb::arg("rows"), nb::arg("row_ids"), nb::arg("parent") = nb::none(),
           nb::arg("tier") = WireTier::kHost,
@@ -463,27 +447,7 @@ Returns the states, as WriteHandle.states.)")
       .def(
           "get_rows",
           [](PyClient& self, KeysArg keys, ByteRows rows, const std::vector<int64_t>& row_ids,
-             WireTier tier) {
-            const KeyList k(keys);
-            if (row_ids.size() != k.span().size()) {
-              Throw(InvalidArgumentError("get_rows: " + std::to_string(row_ids.size()) +
-                                         " rows for " + std::to_string(k.span().size()) + " keys"));
-            }
-            const std::shared_ptr<ClientCore>& core = self.core();
-            const uint64_t bytes = core->Peek([](client::Client& c) { return c.block_bytes(); });
-            std::vector<std::byte*> dst;
-            for (int64_t row : row_ids) dst.push_back(RowOf(rows, row, bytes));
-            return ValueOrThrow(core->Call([&](client::Client& c) -> Result<size_t> {
-              if (!c.mapped(tier)) {
-                return FailedPreconditionError("get_rows reads host-addressable tiers only");
-              }
-              KVTIER_ASSIGN_OR_RETURN(client::ReadLease l, c.Acquire(k, tier));
-              for (size_t i = 0; i < l.size(); ++i) std::memcpy(dst[i], l.Bytes(i).data(), bytes);
-              const size_t n = l.size();
-              KVTIER_RETURN_IF_ERROR(l.Release());
-              return n;
-            }));
-          },
+             WireTier tier) { return GetRows(*self.core(), KeyList(keys), rows, row_ids, tier); },
           nb::arg("keys"), nb::arg("rows"), nb::arg("row_ids"), nb::arg("tier") = WireTier::kHost,
           R"(acquire(keys, tier), leased block i copied into row row_ids[i] of rows (a 2-D CPU
 array, one block a row), and the lease released: one call, without the GIL.
@@ -496,44 +460,7 @@ Returns how many leading blocks were copied.)")
             const KeyList k(keys);
             std::optional<BlockKey> p;
             if (parent) p = KeyFromPython(*parent);
-            const std::shared_ptr<ClientCore>& core = self.core();
-            const uint64_t bytes = core->Peek([](client::Client& c) { return c.block_bytes(); });
-            const uint64_t total = head.nbytes() + data.nbytes();
-            const size_t n = k.span().size();
-            if (total > n * bytes || total <= (n - 1) * bytes) {
-              Throw(InvalidArgumentError("put_concat: " + std::to_string(total) +
-                                         " bytes do not fill " + std::to_string(n) + " blocks of " +
-                                         std::to_string(bytes)));
-            }
-            const auto* h = static_cast<const std::byte*>(head.data());
-            const auto* d = static_cast<const std::byte*>(data.data());
-            const uint64_t hn = head.nbytes();
-            return ValueOrThrow(
-                core->Call([&](client::Client& c) -> Result<std::vector<WireWriteState>> {
-                  if (!c.mapped(tier)) {
-                    return FailedPreconditionError("put_concat writes host-addressable tiers only");
-                  }
-                  KVTIER_ASSIGN_OR_RETURN(client::WriteHandle w, c.Allocate(k, p, tier));
-                  std::vector<WireWriteState> states;
-                  for (size_t i = 0; i < w.size(); ++i) {
-                    states.push_back(w.state(i));
-                    if (w.state(i) != WireWriteState::kAllocated) continue;
-                    // Block i holds bytes [i * bytes, (i + 1) * bytes) of head + data.
-                    std::byte* slot = w.Bytes(i).data();
-                    uint64_t at = i * bytes, filled = 0;
-                    while (filled < bytes && at < total) {
-                      const bool in_head = at < hn;
-                      const uint64_t left = in_head ? hn - at : total - at;
-                      const uint64_t len = std::min(left, bytes - filled);
-                      std::memcpy(slot + filled, in_head ? h + at : d + (at - hn), len);
-                      filled += len;
-                      at += len;
-                    }
-                    if (filled < bytes) std::memset(slot + filled, 0, bytes - filled);
-                  }
-                  KVTIER_RETURN_IF_ERROR(w.Commit());
-                  return states;
-                }));
+            return PutConcat(*self.core(), k, ConstBytesOf(head), ConstBytesOf(data), p, tier);
           },
           nb::arg("keys"), nb::arg("head"), nb::arg("data"), nb::arg("parent") = nb::none(),
           nb::arg("tier") = WireTier::kHost,
@@ -545,39 +472,9 @@ engine's chunk larger than a block. Returns the states.)")
           "get_concat",
           [](PyClient& self, KeysArg keys, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> head,
              nb::ndarray<nb::c_contig, nb::device::cpu> data, WireTier tier) {
-            const KeyList k(keys);
-            const std::shared_ptr<ClientCore>& core = self.core();
-            const uint64_t bytes = core->Peek([](client::Client& c) { return c.block_bytes(); });
-            const uint64_t hn = head.nbytes(), total = hn + data.nbytes();
-            const size_t n = k.span().size();
-            if (hn > bytes || total > n * bytes || total <= (n - 1) * bytes) {
-              Throw(InvalidArgumentError("get_concat: " + std::to_string(total) +
-                                         " bytes are not those of " + std::to_string(n) +
-                                         " blocks of " + std::to_string(bytes)));
-            }
-            const auto* h = static_cast<const std::byte*>(head.data());
-            auto* d = static_cast<std::byte*>(data.data());
-            return ValueOrThrow(core->Call([&](client::Client& c) -> Result<int64_t> {
-              if (!c.mapped(tier)) {
-                return FailedPreconditionError("get_concat reads host-addressable tiers only");
-              }
-              KVTIER_ASSIGN_OR_RETURN(client::ReadLease l, c.Acquire(k, tier));
-              int64_t got = static_cast<int64_t>(l.size());
-              if (got == static_cast<int64_t>(n) && std::memcmp(l.Bytes(0).data(), h, hn) != 0) {
-                got = -1;  // another chunk under these keys: nothing copied
-              } else if (got == static_cast<int64_t>(n)) {
-                for (size_t i = 0; i < n; ++i) {
-                  // Block i holds bytes [i * bytes, (i + 1) * bytes) of head + data.
-                  const uint64_t from = std::max(i * bytes, hn);
-                  const uint64_t to = std::min((i + 1) * bytes, total);
-                  if (from < to) {
-                    std::memcpy(d + (from - hn), l.Bytes(i).data() + (from - i * bytes), to - from);
-                  }
-                }
-              }
-              KVTIER_RETURN_IF_ERROR(l.Release());
-              return got;
-            }));
+            return GetConcat(
+                *self.core(), KeyList(keys), ConstBytesOf(head),
+                std::span<std::byte>(static_cast<std::byte*>(data.data()), data.nbytes()), tier);
           },
           nb::arg("keys"), nb::arg("head"), nb::arg("data"), nb::arg("tier") = WireTier::kHost,
           R"(acquire(keys, tier); if every key is leased and the blocks laid end to end begin

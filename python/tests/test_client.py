@@ -160,7 +160,7 @@ def test_a_chunk_laid_over_a_chain_of_blocks(daemon):
         assert c.get_concat(c.block_keys(list(range(900, 948))), head, out2) == 0
         with pytest.raises(kvtier.InvalidArgumentError, match="do not fill 2 blocks"):
             c.put_concat(keys[:2], head, data)
-        with pytest.raises(kvtier.InvalidArgumentError, match="not those of 4 blocks"):
+        with pytest.raises(kvtier.InvalidArgumentError, match="do not fill 4 blocks"):
             c.get_concat(c.block_keys(list(range(16 * 4))), head, out)
 
 

@@ -1,0 +1,51 @@
+// An engine's chunks of bytes in and out of kvtierd, one call each without
+// the GIL (Client.put_rows / get_rows / put_concat / get_concat): the copy
+// between the engine's buffer and the mapped arena happens inside the one
+// client call that allocates or acquires, so a thread that moves chunks
+// waits for the GIL once a call, not once a block (the scheduler of an
+// engine holds it most of the time).
+//
+// Thread-safety: as ClientCore::Call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "client/client.h"
+#include "core.h"
+#include "handles.h"
+
+namespace kvtier::python {
+
+// allocate(keys, tier, parent); each ALLOCATED slot i filled from row
+// row_ids[i] of rows; commit. Returns the states.
+std::vector<client::WireWriteState> PutRows(ClientCore& core,
+                                            std::span<const client::BlockKey> keys,
+                                            const ByteRows& rows,
+                                            const std::vector<int64_t>& row_ids,
+                                            std::optional<client::BlockKey> parent,
+                                            client::WireTier tier);
+
+// acquire(keys, tier); leased block i copied into row row_ids[i]; release.
+// Returns the blocks leased.
+size_t GetRows(ClientCore& core, std::span<const client::BlockKey> keys, const ByteRows& rows,
+               const std::vector<int64_t>& row_ids, client::WireTier tier);
+
+// allocate; the ALLOCATED slots filled with their share of head + data laid
+// end to end over the blocks (the last zero-padded; the keys' blocks must be
+// just enough); commit. Returns the states.
+std::vector<client::WireWriteState> PutConcat(
+    ClientCore& core, std::span<const client::BlockKey> keys, std::span<const std::byte> head,
+    std::span<const std::byte> data, std::optional<client::BlockKey> parent, client::WireTier tier);
+
+// acquire; if every key is leased and the blocks begin with head's bytes,
+// the bytes after them copied into data; release. Returns the blocks leased,
+// or -1 when they begin with other bytes (nothing copied).
+int64_t GetConcat(ClientCore& core, std::span<const client::BlockKey> keys,
+                  std::span<const std::byte> head, std::span<std::byte> data,
+                  client::WireTier tier);
+
+}  // namespace kvtier::python
