@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,24 +40,11 @@ import kvtier  # noqa: E402
 from kvtier._chunks import chunk_layout  # noqa: E402
 from kvtier.lmcache import namespace_model, page_keys  # noqa: E402
 
+from plug_bench import start_daemon, summarize  # noqa: E402
 from lmcache_driver import Server, key_string, kvtier_adapter  # noqa: E402
 
 SHAPE = [2, 32, 256, 1024]
 PAGE = 2 << 20
-
-
-def start_daemon(build: Path, workdir: str, capacity: int) -> "tuple[subprocess.Popen, str]":
-    sock = os.path.join(workdir, "kvtierd.sock")
-    log = open(os.path.join(workdir, "kvtierd.log"), "wb")
-    proc = subprocess.Popen([str(build / "daemon" / "kvtierd"), "--socket", sock,
-                             "--host-capacity", str(capacity), "--host-policy", "lru",
-                             "--ssd-dir", "",
-                             "--metrics-address", ""], stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(300):
-        if os.path.exists(sock):
-            return proc, sock
-        time.sleep(0.05)
-    raise SystemExit(f"kvtierd did not start; see {log.name}")
 
 
 def main() -> None:
@@ -79,7 +64,8 @@ def main() -> None:
     # chunks are new keys), so that from the fourth round on a store reuses
     # slots this process has mapped before, as a serving process does.
     pages_bytes = -(-(chunk + 16) // PAGE) * PAGE * n
-    proc, sock = start_daemon(Path(args.build), work, 3 * pages_bytes + (64 << 20))
+    proc, sock = start_daemon(Path(args.build), work, "--host-capacity",
+                              str(3 * pages_bytes + (64 << 20)), "--host-policy", "lru")
     fs_dir = args.fs_dir or os.path.join(work, "fs")
     os.makedirs(fs_dir, exist_ok=True)
     l1_gb = 2 * total / 1e9 + 0.1
@@ -137,26 +123,7 @@ def main() -> None:
         probe_client.close()
         proc.terminate()
         proc.wait()
-    limit = statistics.median(memcpy)
-    out: dict = {"chunks": n, "chunk_bytes": chunk, "rounds": args.rounds,
-                 "memcpy_gbps": total / limit / 1e9, "l2": {}}
-    print(f"{n} chunks of {chunk >> 20} MiB ({total >> 20} MiB), median of {args.rounds} "
-          f"(worst); memcpy {total / limit / 1e9:.2f} GB/s")
-    print(f"{'L2':11} {'op':6} {'GB/s':>7} {'ms/chunk':>9} {'x memcpy':>9} {'worst x':>8}")
-    for name in l2s:
-        out["l2"][name] = {}
-        for op in ("store", "load"):
-            t = statistics.median(rows[name][op])
-            worst = max(rows[name][op])
-            out["l2"][name][op] = {"gbps": total / t / 1e9, "ms_per_chunk": t / n * 1e3,
-                                   "x_memcpy": limit / t, "worst_x_memcpy": limit / worst}
-            print(f"{name:11} {op:6} {total / t / 1e9:7.2f} {t / n * 1e3:9.2f} "
-                  f"{limit / t:9.2f} {limit / worst:8.2f}")
-    for op in ("store", "load"):
-        k = statistics.median(rows["kvtier"][op])
-        f = statistics.median(rows["lmcache-fs"][op])
-        out[f"{op}_kvtier_over_fs"] = f / k
-        print(f"{op}: kvtier {f / k:.2f}x as fast as LMCache's fs_native")
+    out = summarize(rows, memcpy, n, chunk, args.rounds, "lmcache-fs", "LMCache's fs_native")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 

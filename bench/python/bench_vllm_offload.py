@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,20 +40,8 @@ sys.path.insert(0, str(REPO / "python" / "tests"))
 
 from vllm.v1.kv_offload.base import LookupResult  # noqa: E402
 
+from plug_bench import start_daemon, summarize  # noqa: E402
 from vllm_offload_driver import Offload, payload  # noqa: E402  (the tests' driver)
-
-
-def start_daemon(build: Path, workdir: str, capacity: str) -> "tuple[subprocess.Popen, str]":
-    sock = os.path.join(workdir, "kvtierd.sock")
-    log = open(os.path.join(workdir, "kvtierd.log"), "wb")
-    proc = subprocess.Popen([str(build / "daemon" / "kvtierd"), "--socket", sock,
-                             "--host-capacity", capacity, "--ssd-dir", "",
-                             "--metrics-address", ""], stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(300):
-        if os.path.exists(sock):
-            return proc, sock
-        time.sleep(0.05)
-    raise SystemExit(f"kvtierd did not start; see {log.name}")
 
 
 def store_seconds(o: Offload, seed: bytes, n: int) -> float:
@@ -122,7 +108,8 @@ def main() -> None:
     n = args.chunks
     total = n * chunk_bytes
     work = tempfile.mkdtemp(prefix="kvtier-bench-offload-")
-    proc, sock = start_daemon(Path(args.build), work, f"{2 * total + (64 << 20)}")
+    proc, sock = start_daemon(Path(args.build), work, "--host-capacity",
+                              str(2 * total + (64 << 20)))
     fs_dir = args.fs_dir or os.path.join(work, "fs")
     os.makedirs(fs_dir, exist_ok=True)
     tiers = {
@@ -132,7 +119,7 @@ def main() -> None:
                     "n_write_threads": 2},
     }
     rows: dict = {name: {"store": [], "load": []} for name in tiers}
-    rows["memcpy"] = {"copy": []}
+    memcpy: list = []
     try:
         # One manager a tier, as in a serving engine (its tier's connections and
         # mappings warm): vLLM's CPU tier holds one prefix, so storing another
@@ -149,34 +136,15 @@ def main() -> None:
                     if r >= 0:
                         rows[name]["store"].append(stored)
                         rows[name]["load"].append(loaded)
-                rows["memcpy"]["copy"].append(memcpy_seconds(total))
+                memcpy.append(memcpy_seconds(total))
         finally:
             for o in offloads.values():
                 o.__exit__()
     finally:
         proc.terminate()
         proc.wait()
-    limit = statistics.median(rows["memcpy"]["copy"])
-    out = {"chunks": n, "chunk_bytes": chunk_bytes, "rounds": args.rounds,
-           "memcpy_gbps": total / limit / 1e9, "tiers": {}}
-    print(f"{n} chunks of {chunk_bytes / (1 << 20):g} MiB ({total / (1 << 20):.0f} MiB), "
-          f"median of {args.rounds} (worst); memcpy {total / limit / 1e9:.2f} GB/s")
-    print(f"{'tier':10} {'op':6} {'GB/s':>7} {'ms/chunk':>9} {'x memcpy':>9} {'worst x':>8}")
-    for name in tiers:
-        out["tiers"][name] = {}
-        for op in ("store", "load"):
-            t = statistics.median(rows[name][op])
-            worst = max(rows[name][op])
-            gbps = total / t / 1e9
-            out["tiers"][name][op] = {"gbps": gbps, "ms_per_chunk": t / n * 1e3,
-                                      "x_memcpy": limit / t, "worst_x_memcpy": limit / worst}
-            print(f"{name:10} {op:6} {gbps:7.2f} {t / n * 1e3:9.3f} {limit / t:9.2f} "
-                  f"{limit / worst:8.2f}")
-    for op in ("store", "load"):
-        k = statistics.median(rows["kvtier"][op])
-        f = statistics.median(rows["vllm-fs"][op])
-        out[f"{op}_kvtier_over_fs"] = f / k
-        print(f"{op}: kvtier {f / k:.2f}x as fast as vLLM's fs tier")
+    out = summarize(rows, memcpy, n, chunk_bytes, args.rounds, "vllm-fs",
+                    "vLLM's fs tier")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 

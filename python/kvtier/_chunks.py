@@ -7,7 +7,10 @@ kvtierd stores and moves without reading.
 
 from __future__ import annotations
 
-from ._kvtier import Layout
+from collections.abc import Iterable
+
+from ._kvtier import Client, Layout
+from .errors import Error
 
 
 def chunk_layout(chunk_bytes: int, chunk_tokens: int = 1) -> Layout:
@@ -19,3 +22,12 @@ def chunk_layout(chunk_bytes: int, chunk_tokens: int = 1) -> Layout:
     tokens = chunk_tokens if chunk_tokens > 0 and chunk_bytes % (2 * chunk_tokens) == 0 else 1
     return Layout(layers=1, kv_heads=1, head_dim=chunk_bytes // (2 * tokens), dtype="fp16",
                   block_tokens=tokens, kind="latent")
+
+
+def close_all(clients: Iterable[Client]) -> None:
+    """Closes each client, ignoring a kvtierd that is gone already."""
+    for c in clients:
+        try:
+            c.close()
+        except Error:
+            pass

@@ -53,8 +53,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from . import Client, Keys, Tier, WriteState, _auto
-from ._chunks import chunk_layout
-from .errors import Error
+from ._chunks import chunk_layout, close_all
 
 logger = logging.getLogger(__name__)
 
@@ -147,11 +146,7 @@ class KvtierL2Client:
             return
         self._closed = True
         self._pool.shutdown(wait=True)
-        for c in self._clients:
-            try:
-                c.close()
-            except Error:
-                pass
+        close_all(self._clients)
         self._clients.clear()
         os.close(self._efd)
 
@@ -237,26 +232,24 @@ class KvtierL2Client:
             out.append(ok)
         return out
 
+    def _chain(self, client: Client, key: str) -> tuple[list[bytes], bool]:
+        """The chain of pages `key` has in kvtierd (up to its first gap), and
+        whether it is whole: two LOOKUPs, the run of ordinary pages, then that
+        run ending in the last page of that count."""
+        run = client.lookup(Keys(page_keys(key, self._max_pages + 1)[:-1])).hits
+        chain = page_keys(key, run + 1)
+        return chain, client.lookup(Keys(chain)).hits == run + 1
+
     def _exists(self, keys: list[str], _: Any) -> list[bool]:
         client = self._client()
-        out = []
-        for key in keys:
-            ordinary = page_keys(key, self._max_pages + 1)[:-1]
-            run = client.lookup(Keys(ordinary)).hits
-            # Whole only if the run's next page is the last one.
-            out.append(client.lookup(Keys(page_keys(key, run + 1))).hits == run + 1)
-        return out
+        return [self._chain(client, key)[1] for key in keys]
 
     def _delete(self, keys: list[str], _: Any) -> list[bool]:
         client = self._client()
         out = []
         for key in keys:
-            ordinary = page_keys(key, self._max_pages + 1)[:-1]
-            run = client.lookup(Keys(ordinary)).hits
-            chain = page_keys(key, run + 1)
-            whole = client.lookup(Keys(chain)).hits == run + 1
-            # The first page takes the rest with it.
-            client.remove(Keys(chain[:1]))
+            chain, whole = self._chain(client, key)
+            client.remove(Keys(chain[:1]))  # (the first page takes the rest with it)
             out.append(whole)
         return out
 

@@ -77,7 +77,7 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
 from . import Client, Keys, Tier, WriteState, _auto
-from ._chunks import chunk_layout
+from ._chunks import chunk_layout, close_all
 from .errors import Error
 
 if TYPE_CHECKING:
@@ -164,11 +164,7 @@ class KvtierTier(SecondaryTierManager):
         return LookupResult.HIT if hit == 1 else LookupResult.MISS
 
     def submit_store(self, job_metadata: TransferJob) -> None:
-        keys = list(job_metadata.keys)
-        chunk_ids = np.asarray(job_metadata.chunk_ids).tolist()
-        if len(keys) != len(chunk_ids):
-            raise ValueError(f"kvtier.vllm_offload: {len(keys)} keys but {len(chunk_ids)} "
-                             "chunks in a store job")
+        keys, chunk_ids = _job_chunks(job_metadata, "store")
         ordered = self._chain_order(keys, chunk_ids, job_metadata.req_context)
         names = [block_key(k) for k in keys]
         with self._mu:
@@ -178,11 +174,7 @@ class KvtierTier(SecondaryTierManager):
         self._submit(job_metadata.job_id, self._store, ordered, names)
 
     def submit_load(self, job_metadata: TransferJob) -> None:
-        keys = list(job_metadata.keys)
-        chunk_ids = np.asarray(job_metadata.chunk_ids).tolist()
-        if len(keys) != len(chunk_ids):
-            raise ValueError(f"kvtier.vllm_offload: {len(keys)} keys but {len(chunk_ids)} "
-                             "chunks in a load job")
+        keys, chunk_ids = _job_chunks(job_metadata, "load")
         self._submit(job_metadata.job_id, self._load, list(zip(keys, chunk_ids)), None,
                      loading=[block_key(k) for k in keys])
 
@@ -211,11 +203,7 @@ class KvtierTier(SecondaryTierManager):
         self.drain_jobs()
         self._pool.shutdown(wait=True)
         self._rows = None  # (vLLM closes the buffer next: no view of it may stay)
-        for c in self._clients:
-            try:
-                c.close()
-            except Error:
-                pass
+        close_all(self._clients)
         self._clients.clear()
         self._lookup_client = None
 
@@ -361,6 +349,17 @@ class KvtierTier(SecondaryTierManager):
                 runs.append((None, [(name, chunk_ids[i])]))
             prev_pos = positions[i]
         return runs
+
+
+def _job_chunks(job: TransferJob, what: str) -> tuple[list[OffloadKey], list[int]]:
+    """A job's keys and the CPU tier chunks they go with, in the order vLLM made
+    them (its keys may be a set: chunk_ids came from iterating it)."""
+    keys = list(job.keys)
+    chunk_ids = np.asarray(job.chunk_ids).tolist()
+    if len(keys) != len(chunk_ids):
+        raise ValueError(f"kvtier.vllm_offload: {len(keys)} keys but {len(chunk_ids)} chunks "
+                         f"in a {what} job")
+    return keys, chunk_ids
 
 
 def _spec_attr(spec: Any, name: str, default: Any) -> Any:
