@@ -24,6 +24,34 @@ void CheckConcat(const char* what, uint64_t total, size_t n, uint64_t bytes) {
   }
 }
 
+// The pieces of each of `n` blocks of `bytes`: how many a block, checked to
+// add up to one block each.
+size_t PiecesPerBlock(const char* what, size_t n, const Spans& spans, uint64_t bytes) {
+  const size_t total = spans.addrs.size();
+  if (spans.sizes.size() != total || n == 0 || total % n != 0 || total == 0) {
+    Throw(InvalidArgumentError(std::string(what) + ": " + std::to_string(total) +
+                               " addresses and " + std::to_string(spans.sizes.size()) +
+                               " sizes for " + std::to_string(n) +
+                               " keys (the same number of pieces a key)"));
+  }
+  const size_t m = total / n;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t sum = 0;
+    for (size_t j = 0; j < m; ++j) {
+      if (spans.addrs[i * m + j] == 0) {
+        Throw(InvalidArgumentError(std::string(what) + ": a null address"));
+      }
+      sum += spans.sizes[i * m + j];
+    }
+    if (sum != bytes) {
+      Throw(InvalidArgumentError(std::string(what) + ": block " + std::to_string(i) +
+                                 "'s pieces are " + std::to_string(sum) +
+                                 " bytes, not a block of " + std::to_string(bytes)));
+    }
+  }
+  return m;
+}
+
 }  // namespace
 
 std::vector<WireWriteState> PutRows(ClientCore& core, std::span<const client::BlockKey> keys,
@@ -124,6 +152,49 @@ int64_t GetConcat(ClientCore& core, std::span<const client::BlockKey> keys,
     }
     KVTIER_RETURN_IF_ERROR(l.Release());
     return got;
+  }));
+}
+
+std::vector<WireWriteState> PutSpans(ClientCore& core, std::span<const client::BlockKey> keys,
+                                     const Spans& spans, std::optional<client::BlockKey> parent,
+                                     WireTier tier) {
+  const size_t m = PiecesPerBlock("put_spans", keys.size(), spans, BlockBytes(core));
+  return ValueOrThrow(core.Call([&](client::Client& c) -> Result<std::vector<WireWriteState>> {
+    if (!c.mapped(tier))
+      return FailedPreconditionError("put_spans writes host-addressable tiers only");
+    KVTIER_ASSIGN_OR_RETURN(client::WriteHandle w, c.Allocate(keys, parent, tier));
+    std::vector<WireWriteState> states;
+    for (size_t i = 0; i < w.size(); ++i) {
+      states.push_back(w.state(i));
+      if (w.state(i) != WireWriteState::kAllocated) continue;
+      std::byte* to = w.Bytes(i).data();
+      for (size_t j = i * m; j < (i + 1) * m; ++j) {
+        std::memcpy(to, reinterpret_cast<const void*>(spans.addrs[j]), spans.sizes[j]);
+        to += spans.sizes[j];
+      }
+    }
+    KVTIER_RETURN_IF_ERROR(w.Commit());
+    return states;
+  }));
+}
+
+size_t GetSpans(ClientCore& core, std::span<const client::BlockKey> keys, const Spans& spans,
+                WireTier tier) {
+  const size_t m = PiecesPerBlock("get_spans", keys.size(), spans, BlockBytes(core));
+  return ValueOrThrow(core.Call([&](client::Client& c) -> Result<size_t> {
+    if (!c.mapped(tier))
+      return FailedPreconditionError("get_spans reads host-addressable tiers only");
+    KVTIER_ASSIGN_OR_RETURN(client::ReadLease l, c.Acquire(keys, tier));
+    for (size_t i = 0; i < l.size(); ++i) {
+      const std::byte* from = l.Bytes(i).data();
+      for (size_t j = i * m; j < (i + 1) * m; ++j) {
+        std::memcpy(reinterpret_cast<void*>(spans.addrs[j]), from, spans.sizes[j]);
+        from += spans.sizes[j];
+      }
+    }
+    const size_t n = l.size();
+    KVTIER_RETURN_IF_ERROR(l.Release());
+    return n;
   }));
 }
 

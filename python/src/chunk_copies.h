@@ -5,6 +5,10 @@
 // waits for the GIL once a call, not once a block (the scheduler of an
 // engine holds it most of the time).
 //
+// Client.put_spans / get_spans do the same for blocks scattered over an
+// engine's host pool in pieces (SGLang's page: its K and V halves, or one
+// piece per layer), given by address and size.
+//
 // Thread-safety: as ClientCore::Call.
 #pragma once
 
@@ -47,5 +51,28 @@ std::vector<client::WireWriteState> PutConcat(
 int64_t GetConcat(ClientCore& core, std::span<const client::BlockKey> keys,
                   std::span<const std::byte> head, std::span<std::byte> data,
                   client::WireTier tier);
+
+// A block laid out over pieces of host memory: piece j of block i is
+// `sizes[i * m + j]` bytes at address `addrs[i * m + j]`, m pieces a block.
+// The addresses are the caller's to keep valid for the call; kvtier cannot
+// check them (kvtier.sglang checks them against the pool's tensors first).
+struct Spans {
+  std::vector<uint64_t> addrs;
+  std::vector<uint64_t> sizes;
+};
+
+// allocate; each ALLOCATED slot i filled with block i's pieces end to end;
+// commit. Returns the states. The pieces of each block must add up to
+// exactly one block.
+std::vector<client::WireWriteState> PutSpans(ClientCore& core,
+                                             std::span<const client::BlockKey> keys,
+                                             const Spans& spans,
+                                             std::optional<client::BlockKey> parent,
+                                             client::WireTier tier);
+
+// acquire; leased block i copied out over its pieces; release. Returns the
+// blocks leased.
+size_t GetSpans(ClientCore& core, std::span<const client::BlockKey> keys, const Spans& spans,
+                client::WireTier tier);
 
 }  // namespace kvtier::python

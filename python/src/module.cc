@@ -453,6 +453,33 @@ Returns the states, as WriteHandle.states.)")
 array, one block a row), and the lease released: one call, without the GIL.
 Returns how many leading blocks were copied.)")
       .def(
+          "put_spans",
+          [](PyClient& self, KeysArg keys, std::vector<uint64_t> addrs, std::vector<uint64_t> sizes,
+             std::optional<nb::bytes> parent, WireTier tier) {
+            const KeyList k(keys);
+            std::optional<BlockKey> p;
+            if (parent) p = KeyFromPython(*parent);
+            return PutSpans(*self.core(), k, Spans{std::move(addrs), std::move(sizes)}, p, tier);
+          },
+          nb::arg("keys"), nb::arg("addrs"), nb::arg("sizes"), nb::arg("parent") = nb::none(),
+          nb::arg("tier") = WireTier::kHost,
+          R"(allocate(keys, tier, parent), each ALLOCATED slot i filled with block i's pieces of
+host memory end to end (piece j of block i: sizes[i*m + j] bytes at address
+addrs[i*m + j], m pieces a block, adding up to one block), and commit(): one call,
+without the GIL. The addresses are the caller's to keep valid; kvtier cannot check
+them. Returns the states.)")
+      .def(
+          "get_spans",
+          [](PyClient& self, KeysArg keys, std::vector<uint64_t> addrs, std::vector<uint64_t> sizes,
+             WireTier tier) {
+            return GetSpans(*self.core(), KeyList(keys), Spans{std::move(addrs), std::move(sizes)},
+                            tier);
+          },
+          nb::arg("keys"), nb::arg("addrs"), nb::arg("sizes"), nb::arg("tier") = WireTier::kHost,
+          R"(acquire(keys, tier), leased block i copied out over its pieces of host memory (as
+put_spans lays them), and the lease released: one call, without the GIL. Returns how
+many leading blocks were copied.)")
+      .def(
           "put_concat",
           [](PyClient& self, KeysArg keys, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> head,
              nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> data,

@@ -142,6 +142,45 @@ def test_rows_of_a_chunk_buffer_in_and_out_in_one_call(daemon):
         assert c.lookup(other).hits == 0
 
 
+def test_blocks_laid_over_pieces_of_host_memory(daemon):
+    # An engine's page in pieces of its host pool (SGLang's: a K half and a V
+    # half in two places), given by address and size: each block is its
+    # pieces end to end.
+    bb = LAYOUT.block_bytes
+    half = bb // 2
+    k = np.random.default_rng(7).integers(0, 256, (4, half), dtype=np.uint8)
+    v = np.random.default_rng(8).integers(0, 256, (4, half), dtype=np.uint8)
+
+    def pieces(rows):
+        addrs = [a for r in rows for a in (k[r].ctypes.data, v[r].ctypes.data)]
+        return addrs, [half] * len(addrs)
+
+    with client(daemon) as c:
+        keys = c.block_keys(list(range(2000, 2000 + 16 * 3)))
+        assert c.put_spans(keys, *pieces([2, 0, 3])) == [kvtier.WriteState.ALLOCATED] * 3
+        assert c.put_spans(keys[:1], *pieces([1])) == [kvtier.WriteState.EXISTS]
+        out = np.zeros((3, bb), np.uint8)
+        assert c.get_rows(keys, out, [0, 1, 2]) == 3
+        assert (out[0] == np.concatenate([k[2], v[2]])).all()
+        assert (out[2] == np.concatenate([k[3], v[3]])).all()
+        k2, v2 = np.zeros_like(k), np.zeros_like(v)
+        addrs = [a for r in (1, 2, 0) for a in (k2[r].ctypes.data, v2[r].ctypes.data)]
+        assert c.get_spans(keys, addrs, [half] * 6) == 3
+        assert (k2[1] == k[2]).all() and (v2[1] == v[2]).all()
+        assert (k2[0] == k[3]).all() and (v2[0] == v[3]).all()
+        # Only the leading cached run is copied.
+        other = c.block_keys(list(range(3000, 3000 + 16)))
+        assert c.get_spans(other + keys, addrs + addrs[:2], [half] * 8) == 0
+        # Pieces that are not a block each: clear errors, nothing written.
+        with pytest.raises(kvtier.InvalidArgumentError, match="not a block of"):
+            c.put_spans(other, [k[0].ctypes.data], [half])
+        with pytest.raises(kvtier.InvalidArgumentError, match="for 2 keys"):
+            c.put_spans(keys[:2], [k[0].ctypes.data] * 3, [half] * 3)
+        with pytest.raises(kvtier.InvalidArgumentError, match="null address"):
+            c.get_spans(keys[:1], [0, v[0].ctypes.data], [half, half])
+        assert c.lookup(other).hits == 0
+
+
 def test_a_chunk_laid_over_a_chain_of_blocks(daemon):
     # An engine's chunk larger than a block (LMCache's): a head and the bytes
     # laid end to end over 3 blocks, read back only if the head matches.
