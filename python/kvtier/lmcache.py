@@ -42,20 +42,16 @@ How chunks map onto kvtierd:
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import struct
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-from . import Client, Keys, Tier, WriteState, _auto
-from ._chunks import chunk_layout, close_all
-
-logger = logging.getLogger(__name__)
+from . import Client, Keys, Tier, WriteState
+from ._chunks import Connections, chunk_layout
 
 _MAGIC = b"KVLM"
 _HEADER = 16  # magic (4), reserved (4), the chunk's length (8, little-endian)
@@ -98,9 +94,6 @@ class KvtierL2Client:
         self.page_bytes = int(page_bytes)
         # The longest chain an existence check looks for.
         self._max_pages = max(1, -(-(int(max_chunk_bytes) + _HEADER) // self.page_bytes))
-        self._socket = socket
-        self._salt = salt
-        self._timeout_ms = int(timeout_ms)
         self._retry_interval_s = float(retry_interval_s)
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._threads = max(1, int(threads))
@@ -109,10 +102,7 @@ class KvtierL2Client:
         self._mu = threading.Lock()
         self._done: list[tuple[int, bool, str, Optional[list[bool]]]] = []
         self._next_id = 0
-        self._local = threading.local()  # each thread's client
-        self._clients: list[Client] = []
-        self._down_until = 0.0
-        self._warned: set[str] = set()
+        self._conns = Connections("lmcache", socket, salt, timeout_ms, retry_interval_s)
         self._closed = False
 
     # -- the protocol --------------------------------------------------------------
@@ -146,8 +136,7 @@ class KvtierL2Client:
             return
         self._closed = True
         self._pool.shutdown(wait=True)
-        close_all(self._clients)
-        self._clients.clear()
+        self._conns.close()
         os.close(self._efd)
 
     # -- the copy threads ------------------------------------------------------------
@@ -171,12 +160,9 @@ class KvtierL2Client:
         def run(p: int) -> None:
             lo, hi = bounds[p], bounds[p + 1]
             try:
-                if time.monotonic() < self._down_until:
-                    raise ConnectionError("kvtierd is unreachable (retrying after "
-                                          f"{self._retry_interval_s} s)")
                 results[p] = work(keys[lo:hi], bufs[lo:hi] if bufs is not None else None)
             except Exception as e:  # every future completes, whatever happened
-                self._lost(e)
+                self._conns.lost(e)
                 errors.append(f"{type(e).__name__}: {e}")
             with self._mu:
                 left[0] -= 1
@@ -256,25 +242,11 @@ class KvtierL2Client:
     # -- connections -----------------------------------------------------------------
 
     def _client(self) -> Client:
-        c: Optional[Client] = getattr(self._local, "client", None)
-        if c is None or c.closed:
-            socket = _auto.resolve(self._socket, default_auto=True)
-            c = Client(namespace_model(self.page_bytes), chunk_layout(self.page_bytes),
-                       socket=socket, salt=self._salt, client_name="lmcache",
-                       timeout_ms=self._timeout_ms)
-            self._local.client = c
-            with self._mu:
-                self._clients.append(c)
+        c = self._conns.client(namespace_model(self.page_bytes), chunk_layout(self.page_bytes))
+        if c is None:
+            raise ConnectionError("kvtierd is unreachable (retrying after "
+                                  f"{self._retry_interval_s} s)")
         return c
-
-    def _lost(self, e: BaseException) -> None:
-        cause = f"{type(e).__name__}: {e}"
-        if cause not in self._warned:
-            self._warned.add(cause)
-            logger.warning("kvtier.lmcache: a call failed (%s)", cause)
-        if type(e).__name__ in ("UnavailableError", "IoError"):
-            self._down_until = time.monotonic() + self._retry_interval_s
-            self._local.client = None
 
 
 def _bytes_of(buf: Any) -> np.ndarray:

@@ -58,7 +58,6 @@ How it maps vLLM's interface onto kvtierd:
 from __future__ import annotations
 
 import hashlib
-import logging
 import queue
 import threading
 import time
@@ -76,15 +75,13 @@ from vllm.v1.kv_offload.base import (
 )
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
-from . import Client, Keys, Tier, WriteState, _auto
-from ._chunks import chunk_layout, close_all
+from . import Client, Keys, Tier, WriteState
+from ._chunks import Connections, chunk_layout
 from .errors import Error
 
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.base import OffloadingSpec
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
-
-logger = logging.getLogger(__name__)
 
 _KEY_BYTES = 16
 
@@ -122,16 +119,9 @@ class KvtierTier(SecondaryTierManager):
         self.model_id = model_id or _spec_model(offloading_spec)
         # kvtierd's namespace: a name with one layout, so the chunk size is in it.
         self.namespace_model = f"{self.model_id}/vllm-offload-{self._chunk_bytes}"
-        self._salt = salt
-        self._socket = socket
-        self._timeout_ms = int(timeout_ms)
-        self._retry_interval_s = float(retry_interval_s)
         # The scheduler's client (lookups) and the copy threads' (one each: a
         # client serves one call at a time, and a lookup must not wait for a copy).
-        self._lookup_client: Optional[Client] = None
-        self._down_until = 0.0
-        self._warned: set[str] = set()
-        self._local = threading.local()
+        self._conns = Connections("vllm_offload", socket, salt, timeout_ms, retry_interval_s)
         self._pool = ThreadPoolExecutor(max_workers=max(1, int(threads)),
                                         thread_name_prefix="kvtier-offload")
         self._finished: "queue.SimpleQueue[JobResult]" = queue.SimpleQueue()
@@ -139,8 +129,7 @@ class KvtierTier(SecondaryTierManager):
         self._storing: dict[bytes, int] = {}  # block keys being stored -> jobs storing them
         self._unloadable: set[bytes] = set()  # block keys whose load failed
         self._mu = threading.Lock()  # _storing, _in_flight
-        self._clients: list[Client] = []
-        self._connect_lookup()
+        self._client()
 
     # -- the scheduler's calls (light, non-blocking) -----------------------------
 
@@ -153,13 +142,13 @@ class KvtierTier(SecondaryTierManager):
                 # A load of it failed: a HIT now would have vLLM promote it
                 # again every step. It is a miss until stored again.
                 return LookupResult.MISS
-        client = self._connect_lookup()
+        client = self._client()
         if client is None:
             return LookupResult.MISS
         try:
             hit = client.lookup(Keys([k])).hits
         except Error as e:
-            self._lost(e)
+            self._conns.lost(e)
             return LookupResult.MISS
         return LookupResult.HIT if hit == 1 else LookupResult.MISS
 
@@ -203,9 +192,7 @@ class KvtierTier(SecondaryTierManager):
         self.drain_jobs()
         self._pool.shutdown(wait=True)
         self._rows = None  # (vLLM closes the buffer next: no view of it may stay)
-        close_all(self._clients)
-        self._clients.clear()
-        self._lookup_client = None
+        self._conns.close()
 
     # -- the copy threads --------------------------------------------------------
 
@@ -219,7 +206,7 @@ class KvtierTier(SecondaryTierManager):
             try:
                 result = work(job_id, items)
             except Exception as e:  # a job must report, whatever happened
-                self._lost(e)
+                self._conns.lost(e)
                 result = JobResult(job_id=job_id, success=False)
                 if loading is not None:
                     with self._mu:
@@ -243,7 +230,7 @@ class KvtierTier(SecondaryTierManager):
 
     def _store(self, job_id: int, chains: list[tuple[Optional[bytes], list[tuple[bytes, int]]]]
                ) -> JobResult:
-        client = self._thread_client()
+        client = self._copy_client()
         moved = 0
         for parent, run in chains:
             keys = Keys([k for k, _ in run])
@@ -265,7 +252,7 @@ class KvtierTier(SecondaryTierManager):
         return JobResult(job_id=job_id, success=True, transfer_bytes=moved)
 
     def _load(self, job_id: int, items: list[tuple[OffloadKey, int]]) -> JobResult:
-        client = self._thread_client()
+        client = self._copy_client()
         keys = [block_key(k) for k, _ in items]
         done: list[OffloadKey] = []
         moved = 0
@@ -289,44 +276,15 @@ class KvtierTier(SecondaryTierManager):
 
     # -- connections ---------------------------------------------------------------
 
-    def _new_client(self) -> Client:
-        socket = _auto.resolve(self._socket, default_auto=True)
-        client = Client(self.namespace_model, self.layout, socket=socket, salt=self._salt,
-                        client_name="vllm-offload", timeout_ms=self._timeout_ms)
-        self._clients.append(client)
+    def _client(self) -> Optional[Client]:
+        """This thread's client; None while kvtierd is down."""
+        return self._conns.client(self.namespace_model, self.layout)
+
+    def _copy_client(self) -> Client:
+        client = self._client()
+        if client is None:
+            raise ConnectionError("kvtierd is unreachable")
         return client
-
-    def _connect_lookup(self) -> Optional[Client]:
-        if self._lookup_client is not None and not self._lookup_client.closed:
-            return self._lookup_client
-        if time.monotonic() < self._down_until:
-            return None
-        try:
-            self._lookup_client = self._new_client()
-        except Error as e:
-            self._lost(e)
-            return None
-        return self._lookup_client
-
-    def _thread_client(self) -> Client:
-        client = getattr(self._local, "client", None)
-        if client is None or client.closed:
-            client = self._new_client()
-            self._local.client = client
-        return client
-
-    def _lost(self, e: BaseException) -> None:
-        """kvtierd failed a call: its clients are dropped (reconnected after
-        retry_interval_s) and the cause logged once."""
-        cause = f"{type(e).__name__}: {e}"
-        if cause not in self._warned:
-            self._warned.add(cause)
-            logger.warning("kvtier.vllm_offload: kvtierd failed (%s); its chunks count as "
-                           "misses until it answers again", cause)
-        if isinstance(e, Error) and type(e).__name__ in ("UnavailableError", "IoError"):
-            self._down_until = time.monotonic() + self._retry_interval_s
-            self._lookup_client = None
-            self._local.client = None
 
     # -- chains ------------------------------------------------------------------
 
