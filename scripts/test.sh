@@ -5,9 +5,10 @@
 #
 #   1. normal  g++, warnings as errors, assertions on, the CUDA parts when
 #              nvcc is found: builds everything and runs every test.
-#   2. python  the kvtier Python package (pip install ./python into .venv)
-#              and its tests (pytest python/tests) against stage 1's kvtierd,
-#              with a real transformers model.
+#   2. python  the kvtier Python package (pip install ./python into .venv,
+#              and into SGLang's own environment .venv-sglang) and its tests
+#              (pytest python/tests) against stage 1's kvtierd, with a real
+#              transformers model, vLLM, LMCache and SGLang.
 #   3. report  bench/report.sh --quick --check on stage 1's tree: every
 #              benchmark of the performance report still runs and produces
 #              its table (the numbers are not checked), into a scratch file.
@@ -137,6 +138,7 @@ stage_normal() {
 # stage 1 was skipped).
 stage_python() {
   ./scripts/python-env.sh
+  ./scripts/sglang-env.sh  # (test_sglang.py runs SGLang's HiCache in it)
   configure_normal >/dev/null
   cmake --build "$build" -j"$jobs" --target kvtierd kvtier
   local py="${KVTIER_VENV:-.venv}/bin/python"
