@@ -1,14 +1,23 @@
 """kvtier.lmcache: kvtierd as the L2 store of LMCache's server (its native_plugin
 adapter), driven through LMCache 0.5.6's own StorageManager (the one ``lmcache
 server`` runs: L1, its store controller pushing chunks to L2, its prefetch
-controller bringing them back), on the CPU, against a real kvtierd.
+controller bringing them back), on the CPU, against a real kvtierd. The last
+test runs the whole engine (vLLM's LMCacheMPConnector feeding ``lmcache
+server``, kvtierd its L2) and needs a GPU.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import signal
+import socket as _socket
+import subprocess
+import sys
 import time
 from typing import List
+
+import pytest
 
 import kvtier
 from conftest import run_python
@@ -173,8 +182,6 @@ def test_a_kvtierd_that_goes_away_fails_calls_and_nothing_hangs(start_daemon) ->
 
 
 def test_bad_settings_are_refused_clearly() -> None:
-    import pytest
-
     with pytest.raises(ValueError, match="unknown adapter_params"):
         KvtierL2Client(sockett="/nowhere")
 
@@ -195,3 +202,71 @@ def wait(client: KvtierL2Client, fid: int, timeout: float = 30):
         for item in client.drain_completions():
             pending[item[0]] = item
     raise AssertionError(f"future {fid} did not complete")
+
+
+# -- the whole engine: vLLM's LMCache connector, `lmcache server`, kvtierd below ------
+
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def _lmcache_server(port: int, socket: str, log: Path) -> subprocess.Popen:
+    """`lmcache server` with kvtierd as its L2, as the README starts it."""
+    lmcache = Path(sys.executable).parent / "lmcache"
+    proc = subprocess.Popen([str(lmcache), "server", "--port", str(port), "--l1-size-gb", "1",
+                             "--eviction-policy", "LRU", "--disable-observability",
+                             "--l2-adapter", kvtier_adapter(socket)],
+                            stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        with _socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError(f"lmcache server did not listen on {port}")
+
+
+@pytest.mark.skipif(not _cuda(), reason="vLLM's LMCache connector copies GPU <-> CPU: "
+                    "needs a GPU")
+def test_vllm_through_lmcache_server_loads_what_kvtierd_kept(start_daemon, tmp_path) -> None:
+    # vLLM's LMCacheMPConnector talks to `lmcache server`, kvtierd its L2. The
+    # second engine runs against a new server (its L1 empty): what it finds
+    # came from kvtierd.
+    from vllm_driver import Engine
+
+    with _socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    d = start_daemon("--host-capacity", "1GiB")
+    rng = random.Random(7)
+    prompt = [rng.randrange(1, 1000) for _ in range(700)]
+    lmcache = {"kv_transfer_config": {
+        "kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"lmcache.mp.port": port}}}
+    model = tmp_path / "tiny-llama"
+    plain = Engine(model, tmp_path / "plain.log", enable_prefix_caching=False)
+    try:
+        want = plain.generate(prompt)
+    finally:
+        plain.close()
+    for name in ("first", "second"):
+        server = _lmcache_server(port, d.socket, tmp_path / f"lmcache-{name}.log")
+        try:
+            engine = Engine(model, tmp_path / f"{name}.log", enable_prefix_caching=False,
+                            **lmcache)
+            try:
+                got = engine.generate(prompt)
+                assert got["tokens"] == want["tokens"]
+                if name == "second":
+                    assert got["cached"] > 0  # LMCache's L1 was empty: kvtierd's chunks
+                else:
+                    time.sleep(5)  # (LMCache's store to L2 runs behind the reply)
+            finally:
+                engine.close()
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
