@@ -204,6 +204,39 @@ def wait(client: KvtierL2Client, fid: int, timeout: float = 30):
     raise AssertionError(f"future {fid} did not complete")
 
 
+def test_lmcache_server_starts_with_kvtierd_as_its_l2(daemon, tmp_path) -> None:
+    # The README's command line, on the CPU: LMCache's server loads the adapter
+    # from its JSON and reports it as its L2. (What it stores comes from an
+    # engine's GPU: the whole-engine test below.)
+    import json
+    import urllib.request
+
+    port, http = _free_port(), _free_port()
+    server = _lmcache_server(port, daemon.socket, tmp_path / "lmcache.log", "--http-port",
+                             str(http), "--l1-size-gb", "0.2")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{http}/config/adapters",
+                                            timeout=5) as r:
+                    adapters = json.loads(r.read())["adapters"]
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "lmcache.log").read_text()
+                time.sleep(0.5)
+        assert [(a["type_name"], a["tier"]) for a in adapters] == [("native_plugin", "l2")]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        assert server.wait(timeout=60) is not None
+
+
+def _free_port() -> int:
+    with _socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 # -- the whole engine: vLLM's LMCache connector, `lmcache server`, kvtierd below ------
 
 def _cuda() -> bool:
@@ -211,12 +244,12 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _lmcache_server(port: int, socket: str, log: Path) -> subprocess.Popen:
+def _lmcache_server(port: int, socket: str, log: Path, *extra: str) -> subprocess.Popen:
     """`lmcache server` with kvtierd as its L2, as the README starts it."""
     lmcache = Path(sys.executable).parent / "lmcache"
     proc = subprocess.Popen([str(lmcache), "server", "--port", str(port), "--l1-size-gb", "1",
                              "--eviction-policy", "LRU", "--disable-observability",
-                             "--l2-adapter", kvtier_adapter(socket)],
+                             "--l2-adapter", kvtier_adapter(socket), *extra],
                             stdout=open(log, "ab"), stderr=subprocess.STDOUT,
                             start_new_session=True)
     deadline = time.monotonic() + 120
@@ -238,9 +271,7 @@ def test_vllm_through_lmcache_server_loads_what_kvtierd_kept(start_daemon, tmp_p
     # came from kvtierd.
     from vllm_driver import Engine
 
-    with _socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = _free_port()
     d = start_daemon("--host-capacity", "1GiB")
     rng = random.Random(7)
     prompt = [rng.randrange(1, 1000) for _ in range(700)]
