@@ -247,7 +247,10 @@ def _cuda() -> bool:
 def _lmcache_server(port: int, socket: str, log: Path, *extra: str) -> subprocess.Popen:
     """`lmcache server` with kvtierd as its L2, as the README starts it."""
     lmcache = Path(sys.executable).parent / "lmcache"
-    proc = subprocess.Popen([str(lmcache), "server", "--port", str(port), "--l1-size-gb", "1",
+    # (An address, not "localhost": ZeroMQ resolves names itself, and a minimal
+    # root without /etc/hosts has no such name for it.)
+    proc = subprocess.Popen([str(lmcache), "server", "--host", "127.0.0.1", "--port", str(port),
+                             "--l1-size-gb", "1",
                              "--eviction-policy", "LRU", "--disable-observability",
                              "--l2-adapter", kvtier_adapter(socket), *extra],
                             stdout=open(log, "ab"), stderr=subprocess.STDOUT,
@@ -277,7 +280,8 @@ def test_vllm_through_lmcache_server_loads_what_kvtierd_kept(start_daemon, tmp_p
     prompt = [rng.randrange(1, 1000) for _ in range(700)]
     lmcache = {"kv_transfer_config": {
         "kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
-        "kv_connector_extra_config": {"lmcache.mp.port": port}}}
+        "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1",
+                                      "lmcache.mp.port": port}}}
     model = tmp_path / "tiny-llama"
     plain = Engine(model, tmp_path / "plain.log", enable_prefix_caching=False)
     try:
