@@ -239,6 +239,16 @@ class Servers:
             self.close()
             raise RuntimeError("kvtierd or redis-server did not start; see " + str(self.dir))
 
+    def arena_pages(self) -> str:
+        """What pages kvtierd's host arena got, from its start-up log."""
+        self.log.flush()
+        text = (self.dir / "servers.log").read_text(errors="replace")
+        if "2 MiB huge pages" in text:
+            return "2 MiB huge pages"
+        pool = Path("/proc/sys/vm/nr_hugepages")
+        size = pool.read_text().strip() if pool.exists() else "?"
+        return f"4 KiB pages (no huge pages for it: vm.nr_hugepages = {size})"
+
     def close(self) -> None:
         for p in self.procs:
             p.terminate()
@@ -342,6 +352,7 @@ def section_data(build: Path, mode: Mode, place: Placement) -> Section:
     runs: dict[int, list[dict]] = {1: [], 8: []}
     redis: list[float] = []
     srv = Servers(build, place)
+    pages = srv.arena_pages()
     try:
         for r in range(mode.runs):
             log(f"data plane, run {r + 1} of {mode.runs}")
@@ -373,7 +384,13 @@ def section_data(build: Path, mode: Mode, place: Placement) -> Section:
     text = "\n".join(rows) + (
         f"\n\nmemcpy: {med([x['memcpy_gbs'] for x in runs[1]]):.1f} GB/s (1 block), "
         f"{med([x['memcpy_gbs'] for x in runs[8]]):.1f} GB/s (8); Redis GET of 2 MiB values "
-        f"{med(redis):.2f} GB/s. {mode.runs} runs of {mode.seconds:g} s.")
+        f"{med(redis):.2f} GB/s. {mode.runs} runs of {mode.seconds:g} s. kvtierd's host arena: "
+        f"{pages}. One block's round trip alone (ACQUIRE and its RELEASE, nothing copied) "
+        f"{med([x['round_trip_us'] for x in runs[1]]):.1f} µs beside its memcpy's "
+        f"{med([x['memcpy_us'] for x in runs[1]]):.1f} µs: the most a read of one block per "
+        f"round trip can reach is "
+        f"{med([x['memcpy_us'] / (x['memcpy_us'] + x['round_trip_us']) for x in runs[1]]):.2f}× "
+        f"memcpy.")
     return Section("data", text, summary)
 
 

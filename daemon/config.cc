@@ -17,6 +17,7 @@
 
 #include "eviction/admission.h"
 #include "eviction/eviction_policy.h"
+#include "tiers/tier.h"
 
 #ifndef KVTIER_VERSION
 #define KVTIER_VERSION "unknown"
@@ -376,6 +377,10 @@ Status DaemonConfig::Validate() const {
   if (events_enabled && events_endpoint.empty()) {
     return InvalidArgumentError("events are enabled without an endpoint");
   }
+  if (!tiers::ParseHugePages(host_huge_pages)) {
+    return InvalidArgumentError("host huge_pages must be auto, on or off, not \"" +
+                                host_huge_pages + "\"");
+  }
   for (const std::string* p : {&host_policy, &device_policy, &ssd_policy}) {
     KVTIER_RETURN_IF_ERROR(eviction::CheckPolicyName(*p));
   }
@@ -465,13 +470,15 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
   if (host != nullptr) {
     const toml::table& t = *host;
     KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
-        t, path, "host", {"capacity", "slab", "policy", "admission", "reserve_memory"}));
+        t, path, "host",
+        {"capacity", "slab", "policy", "admission", "reserve_memory", "huge_pages"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "capacity", Bytes(&c.host_capacity_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "slab", Bytes(&c.host_slab_bytes)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "policy", String(&c.host_policy)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "admission", String(&c.host_admission)));
     KVTIER_RETURN_IF_ERROR(
         ReadKey(t, path, "host", "reserve_memory", Bool(&c.host_reserve_memory)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "host", "huge_pages", String(&c.host_huge_pages)));
   }
   KVTIER_ASSIGN_OR_RETURN(const toml::table* device, section("device"));
   if (device != nullptr) {
@@ -572,8 +579,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   // Flags are read as text, so that byte counts take units ("64MiB") and an
   // unset flag leaves the file's value alone.
   std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
-      host_admission, device_mode, device_capacity, device_policy, device_admission, ssd_capacity,
-      ssd_max_write_per_day, ssd_policy, ssd_admission, ssd_prepare;
+      host_huge_pages, host_admission, device_mode, device_capacity, device_policy,
+      device_admission, ssd_capacity, ssd_max_write_per_day, ssd_policy, ssd_admission, ssd_prepare;
   std::optional<std::string> ssd_dir, metrics_address;
   std::optional<uint32_t> device_gpu;
   uint32_t ssd_io_threads = 0;
@@ -662,6 +669,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   app.add_option("--host-admission", host_admission,
                  "host tier admission filter: off | seen | tinylfu" + Default(d.host_admission));
   app.add_flag("--no-reserve-memory", no_reserve, "do not commit the host arena's memory at start");
+  app.add_option("--host-huge-pages", host_huge_pages,
+                 "host arena on 2 MiB huge pages: auto | on | off" + Default(d.host_huge_pages));
   app.add_option("--device", device_mode,
                  "device tier: auto | cuda | emulated | off" + Default(d.device_mode));
   app.add_option("--device-gpu", device_gpu,
@@ -768,6 +777,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (!host_policy.empty()) c.host_policy = host_policy;
   if (!host_admission.empty()) c.host_admission = host_admission;
   if (no_reserve) c.host_reserve_memory = false;
+  if (!host_huge_pages.empty()) c.host_huge_pages = host_huge_pages;
   if (!device_mode.empty()) c.device_mode = device_mode;
   if (device_gpu) c.device_gpu = *device_gpu;
   if (!device_policy.empty()) c.device_policy = device_policy;

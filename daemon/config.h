@@ -113,6 +113,10 @@ struct DaemonConfig {
   // victim's room (eviction::AdmissionNames(): off, seen, tinylfu).
   std::string host_admission = "off";
   bool host_reserve_memory = true;
+  // The arena on 2 MiB huge pages: "auto" (where the kernel's pool,
+  // vm.nr_hugepages, has enough; else 4 KiB pages and a warning), "on"
+  // (refuse to start without), "off".
+  std::string host_huge_pages = "auto";
 
   // [device]
   // "auto": GPU `device_gpu` as the device tier when CUDA finds it, else no

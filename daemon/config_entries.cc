@@ -76,6 +76,7 @@ std::vector<ConfigEntry> ConfigEntries(const DaemonConfig& c) {
       {"host.policy", Quoted(c.host_policy)},
       {"host.admission", Quoted(c.host_admission)},
       {"host.reserve_memory", Bool(c.host_reserve_memory)},
+      {"host.huge_pages", Quoted(c.host_huge_pages)},
       {"device.mode", Quoted(c.device_mode)},
       {"device.gpu", Num(c.device_gpu)},
       {"device.capacity", Quoted(ConfigBytes(c.device_capacity_bytes))},

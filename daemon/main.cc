@@ -94,6 +94,8 @@ Result<std::unique_ptr<engine::CacheEngine>> BuildEngine(
                                        c.host_reserve_memory};
   // DMA between the host arena and a GPU wants it page-locked.
   host_options.register_with_cuda = device != nullptr && !device->emulated();
+  host_options.huge_pages = *tiers::ParseHugePages(c.host_huge_pages);  // checked by Validate
+  host_options.note = [](const std::string& line) { Log(LogLevel::kWarn, "host: " + line); };
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<tiers::Tier> host, tiers::NewHostTier(host_options));
   std::unique_ptr<tiers::Tier> ssd;
   if (!c.ssd_dir.empty()) {

@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tiers/tier.h"
@@ -44,7 +47,7 @@ TEST(ArenaTierTest, HostTierDescribesItself) {
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(tier->kind(), TierKind::kHost);
   EXPECT_FALSE(tier->emulated());
-  EXPECT_EQ(tier->description(), "host: memfd arena, 16.0 MiB, 1.00 MiB slabs");
+  EXPECT_EQ(tier->description(), "host: memfd arena, 16.0 MiB, 1.00 MiB slabs, 4 KiB pages");
   EXPECT_EQ(tier->capacity_bytes(), 16 * kMiB);
   EXPECT_EQ(tier->arena_bytes(), 16 * kMiB);
   EXPECT_EQ(tier->used_bytes(), 0u);
@@ -92,6 +95,96 @@ TEST(ArenaTierTest, AReservedArenaLargerThanTheMemoryAvailableIsRefused) {
   ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
   EXPECT_NE(refused.status().message().find("memory available"), std::string::npos);
   EXPECT_NE(refused.status().message().find("--no-reserve-memory"), std::string::npos);
+}
+
+// The kernel's pool of 2 MiB huge pages: free pages, from /proc/meminfo.
+uint64_t FreeHugePages() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("HugePages_Free:", 0) == 0) return std::stoull(line.substr(15));
+  }
+  return 0;
+}
+
+// The page size the kernel maps `addr` with, from /proc/self/smaps
+// ("KernelPageSize:" of the mapping holding it), in bytes; 0 if not found.
+uint64_t KernelPageBytes(const void* addr) {
+  const auto at = reinterpret_cast<uintptr_t>(addr);
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < 16) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("KernelPageSize:", 0) == 0) {
+      return std::stoull(line.substr(15)) * 1024;
+    }
+  }
+  return 0;
+}
+
+// More huge pages than the pool has free: "on" refuses to make the tier,
+// naming the pool; "auto" makes it on 4 KiB pages and says why in a note.
+TEST(ArenaTierTest, HugePagesNotInThePoolAreRefusedOrFallenBackFrom) {
+  const uint64_t capacity = (FreeHugePages() + 1) * kHugePageBytes;
+  auto refused = NewHostTier(
+      {.capacity_bytes = capacity, .reserve_memory = false, .huge_pages = HugePages::kOn});
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("vm.nr_hugepages"), std::string::npos)
+      << refused.status().message();
+
+  std::vector<std::string> notes;
+  auto fell_back = NewHostTier({.capacity_bytes = capacity,
+                                .reserve_memory = false,
+                                .huge_pages = HugePages::kAuto,
+                                .note = [&](const std::string& n) { notes.push_back(n); }});
+  ASSERT_TRUE(fell_back.ok()) << fell_back.status().ToString();
+  EXPECT_NE((*fell_back)->description().find("4 KiB pages"), std::string::npos);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("sysctl vm.nr_hugepages=" + std::to_string(capacity / kHugePageBytes)),
+            std::string::npos)
+      << notes[0];
+  // Still an arena: a block written is read back.
+  auto slot = (*fell_back)->Allocate(64 * kKiB);
+  ASSERT_TRUE(slot.ok());
+  const auto data = Pattern(64 * kKiB, 9);
+  ASSERT_TRUE((*fell_back)->Write(*slot, data).ok());
+  std::vector<std::byte> back(data.size());
+  ASSERT_TRUE((*fell_back)->Read(*slot, back).ok());
+  EXPECT_EQ(back, data);
+}
+
+// With the pool: the arena is on 2 MiB pages in the daemon and in a worker
+// that maps its fd, and the worker sees the daemon's bytes. A machine
+// without a pool (vm.nr_hugepages = 0, the kernel's default) has no such
+// memory to test, like a machine without a GPU.
+TEST(ArenaTierTest, OnHugePagesTheDaemonAndAWorkerMapTwoMiBPages) {
+  if (FreeHugePages() < 3) GTEST_SKIP() << "no huge page pool (sysctl vm.nr_hugepages)";
+  std::vector<std::string> notes;
+  auto t = NewHostTier({.capacity_bytes = 5 * kMiB,  // mapped: 6 MiB
+                        .slab_bytes = kMiB,
+                        .huge_pages = HugePages::kOn,
+                        .note = [&](const std::string& n) { notes.push_back(n); }});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  Tier& tier = **t;
+  EXPECT_TRUE(notes.empty());
+  EXPECT_EQ(tier.description(), "host: memfd arena, 5.00 MiB, 1.00 MiB slabs, 2 MiB huge pages");
+  EXPECT_EQ(tier.capacity_bytes(), 5 * kMiB);  // what was asked for
+  EXPECT_EQ(tier.arena_bytes(), 6 * kMiB);     // a whole number of huge pages
+  auto slot = tier.Allocate(kMiB);
+  ASSERT_TRUE(slot.ok());
+  const auto data = Pattern(kMiB, 11);
+  ASSERT_TRUE(tier.Write(*slot, data).ok());
+  EXPECT_EQ(KernelPageBytes(tier.HostView(*slot, kMiB).data()), kHugePageBytes);
+
+  void* worker = mmap(nullptr, tier.arena_bytes(), PROT_READ, MAP_SHARED, tier.arena_fd(), 0);
+  ASSERT_NE(worker, MAP_FAILED) << std::strerror(errno);
+  EXPECT_EQ(KernelPageBytes(worker), kHugePageBytes);
+  const std::byte* seen = static_cast<const std::byte*>(worker) + tier.SlotOffset(*slot);
+  EXPECT_EQ(std::memcmp(seen, data.data(), kMiB), 0);
+  EXPECT_EQ(munmap(worker, tier.arena_bytes()), 0);
 }
 
 TEST(ArenaTierTest, RejectsZeroAndTooLargeAllocations) {
