@@ -7,9 +7,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "client/client.h"
@@ -79,6 +82,60 @@ TEST_F(IntegrationTest, SecondClientHitsWhatTheFirstCommittedWithEqualBytes) {
   longer.resize(16 * 14);
   for (size_t i = tokens.size(); i < longer.size(); ++i) longer[i] = 7;
   EXPECT_EQ(b->Lookup(b->Keys(longer))->tiers.size(), 10u);
+}
+
+// The mapping of /proc/self/smaps holding `addr`: its KernelPageSize and
+// the bytes of huge pages it maps (Shared_ and Private_Hugetlb, "private"
+// those no other process maps yet: huge pages are not counted in Rss), in
+// bytes (zeros when not found).
+struct MappingPages {
+  uint64_t page_bytes = 0;
+  uint64_t huge_mapped_bytes = 0;
+};
+MappingPages PagesAt(const void* addr) {
+  const auto at = reinterpret_cast<uintptr_t>(addr);
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  MappingPages m;
+  while (std::getline(in, line)) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < 16) {
+      if (inside) break;
+      inside = lo <= at && at < hi;
+    } else if (inside &&
+               (line.rfind("Shared_Hugetlb:", 0) == 0 || line.rfind("Private_Hugetlb:", 0) == 0)) {
+      m.huge_mapped_bytes += std::stoull(line.substr(line.find(':') + 1)) * 1024;
+    } else if (inside && line.rfind("KernelPageSize:", 0) == 0) {
+      m.page_bytes = std::stoull(line.substr(15)) * 1024;
+    }
+  }
+  return m;
+}
+
+// kvtierd's arena on huge pages: a worker maps it whole at attach, on 2 MiB
+// pages, so no block's first touch in the worker faults. Needs the kernel's
+// huge page pool, which is empty unless an operator fills it (like a GPU,
+// a machine has one or not).
+TEST_F(IntegrationTest, AnArenaOnHugePagesIsMappedWholeByTheWorker) {
+  std::ifstream meminfo("/proc/meminfo");
+  uint64_t free_pages = 0;
+  for (std::string line; std::getline(meminfo, line);) {
+    if (line.rfind("HugePages_Free:", 0) == 0) free_pages = std::stoull(line.substr(15));
+  }
+  if (free_pages < 8) GTEST_SKIP() << "no huge page pool (sysctl vm.nr_hugepages)";
+  Start({"--host-huge-pages", "on", "--host-capacity", "16MiB"});
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->session().host_arena_bytes, 16u << 20);
+  const auto keys = Put(*c, RandomTokens(3, 16 * 2));
+  auto lease = c->Acquire(keys);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  ASSERT_EQ(lease->size(), 2u);
+  EXPECT_TRUE(MatchesPattern(lease->Bytes(1), keys[1]));
+  const MappingPages m = PagesAt(lease->Bytes(0).data());
+  EXPECT_EQ(m.page_bytes, 2u << 20);
+  EXPECT_EQ(m.huge_mapped_bytes, 16u << 20);  // all of it mapped, not only what was touched
 }
 
 TEST_F(IntegrationTest, InlinePutIsReadInPlaceByAnother) {

@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -179,6 +180,11 @@ TEST(ArenaTierTest, OnHugePagesTheDaemonAndAWorkerMapTwoMiBPages) {
   ASSERT_TRUE(tier.Write(*slot, data).ok());
   EXPECT_EQ(KernelPageBytes(tier.HostView(*slot, kMiB).data()), kHugePageBytes);
 
+  // Its block size tells a worker (the client library maps such an arena
+  // whole at attach).
+  struct stat st {};
+  ASSERT_EQ(fstat(tier.arena_fd(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_blksize), kHugePageBytes);
   void* worker = mmap(nullptr, tier.arena_bytes(), PROT_READ, MAP_SHARED, tier.arena_fd(), 0);
   ASSERT_NE(worker, MAP_FAILED) << std::strerror(errno);
   EXPECT_EQ(KernelPageBytes(worker), kHugePageBytes);
