@@ -272,7 +272,7 @@ def test_vllm_through_lmcache_server_loads_what_kvtierd_kept(start_daemon, tmp_p
     # vLLM's LMCacheMPConnector talks to `lmcache server`, kvtierd its L2. The
     # second engine runs against a new server (its L1 empty): what it finds
     # came from kvtierd.
-    from vllm_driver import Engine
+    from vllm_driver import Engine, outputs_without_connector
 
     port = _free_port()
     d = start_daemon("--host-capacity", "1GiB")
@@ -283,11 +283,8 @@ def test_vllm_through_lmcache_server_loads_what_kvtierd_kept(start_daemon, tmp_p
         "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1",
                                       "lmcache.mp.port": port}}}
     model = tmp_path / "tiny-llama"
-    plain = Engine(model, tmp_path / "plain.log", enable_prefix_caching=False)
-    try:
-        want = plain.generate(prompt)
-    finally:
-        plain.close()
+    want = outputs_without_connector(model, tmp_path / "plain.log", {"p": prompt},
+                                     enable_prefix_caching=False)[0]["p"]
     for name in ("first", "second"):
         server = _lmcache_server(port, d.socket, tmp_path / f"lmcache-{name}.log")
         try:

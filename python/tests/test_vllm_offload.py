@@ -166,7 +166,7 @@ def test_vllm_serves_the_same_tokens_with_kvtierd_below_its_cpu_tier(start_daemo
                                                                      tmp_path) -> None:
     import os
 
-    from vllm_driver import Engine
+    from vllm_driver import Engine, outputs_without_connector
 
     os.environ["PYTHONHASHSEED"] = "0"  # the block hashes alike in both engines
     rng = random.Random(7)
@@ -178,11 +178,8 @@ def test_vllm_serves_the_same_tokens_with_kvtierd_below_its_cpu_tier(start_daemo
             "spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 64 << 20,
             "secondary_tiers": [tier_config(d.socket, model_id=None)]}}}
     model = tmp_path / "tiny-llama"
-    plain = Engine(model, tmp_path / "plain.log", enable_prefix_caching=False)
-    try:
-        want = plain.generate(prompt)
-    finally:
-        plain.close()
+    want = outputs_without_connector(model, tmp_path / "plain.log", {"p": prompt},
+                                     enable_prefix_caching=False)[0]["p"]
     first = Engine(model, tmp_path / "first.log", **offload)
     try:
         assert first.generate(prompt)["tokens"] == want["tokens"]
