@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "client/internal/connection.h"
+#include "common/slot_generations.h"
 
 namespace kvtier::client {
 namespace {
@@ -116,6 +117,7 @@ Status Client::Hello() {
                                           " descriptors, expected " + std::to_string(expected)));
   }
   KVTIER_RETURN_IF_ERROR(MapArena(fds[0], session_.host_arena_bytes, "host", &host_));
+  host_generations_ = FindSlotGenerations(host_.base, host_.bytes, &host_generation_entries_);
   if (expected == 2) {
     KVTIER_RETURN_IF_ERROR(MapArena(fds[1], session_.device_arena_bytes, "device", &device_));
   }
@@ -491,18 +493,76 @@ Status Client::ReleaseDeferred(uint64_t lease_id) {
   std::vector<std::byte> frame;
   protocol::EncodeHandle(Opcode::kRelease, id, lease_id, &frame);
   KVTIER_RETURN_IF_ERROR(conn_->Send(frame));
-  deferred_releases_.push_back(id);
+  deferred_.emplace_back(Opcode::kRelease, id);
+  return Status::Ok();
+}
+
+Status Client::TouchDeferred(std::span<const BlockKey> keys) {
+  if (conn_->broken()) return conn_->BrokenError();
+  // A worker that only reads directly sends nothing else: its TOUCHes'
+  // replies are read now and then, or they would fill the socket until
+  // kvtierd stopped reading it.
+  if (deferred_.size() >= kMaxDeferred) KVTIER_RETURN_IF_ERROR(ReadDeferredReplies());
+  const uint64_t id = NextId();
+  std::vector<std::byte> frame;
+  protocol::EncodeKeys(Opcode::kTouch, id, keys, &frame);
+  KVTIER_RETURN_IF_ERROR(conn_->Send(frame));
+  deferred_.emplace_back(Opcode::kTouch, id);
   return Status::Ok();
 }
 
 Status Client::ReadDeferredReplies() {
-  for (const uint64_t id : std::exchange(deferred_releases_, {})) {
+  for (const auto& [op, id] : std::exchange(deferred_, {})) {
     KVTIER_ASSIGN_OR_RETURN(const internal::Frame* frame, conn_->Receive());
-    auto payload = CheckReply(Opcode::kRelease, id, frame->header, frame->payload);
+    auto payload = CheckReply(op, id, frame->header, frame->payload);
     if (!payload.ok() && conn_->broken()) return payload.status();
-    payload.status().IgnoreError();  // see ReleaseDeferred
+    // A refused RELEASE (see ReleaseDeferred) or TOUCH (the blocks went
+    // meanwhile) costs nothing that was read.
+    payload.status().IgnoreError();
   }
   return Status::Ok();
+}
+
+bool Client::CopyDirect(const Located& at, std::byte* dst) const {
+  const std::atomic<uint64_t>& generation = host_generations_[at.offset / kSlotGenerationPageBytes];
+  if (generation.load(std::memory_order_acquire) != at.generation) return false;
+  std::memcpy(dst, host_.base + at.offset, block_bytes());
+  // The copy's loads before the second look (a seqlock's reader).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return generation.load(std::memory_order_relaxed) == at.generation;
+}
+
+Result<size_t> Client::Read(std::span<const BlockKey> keys, std::span<std::byte* const> dst) {
+  KVTIER_RETURN_IF_ERROR(CheckArena(WireTier::kHost));
+  if (dst.size() < keys.size()) {
+    return InvalidArgumentError("Read: " + std::to_string(keys.size()) + " keys but " +
+                                std::to_string(dst.size()) + " destinations");
+  }
+  size_t direct = 0;
+  for (; host_generations_ != nullptr && direct < keys.size(); ++direct) {
+    auto it = located_.find(keys[direct]);
+    if (it == located_.end()) break;
+    if (!CopyDirect(it->second, dst[direct])) {
+      located_.erase(it);
+      ++direct_misses_;
+      break;
+    }
+  }
+  direct_reads_ += direct;
+  if (direct > 0) KVTIER_RETURN_IF_ERROR(TouchDeferred(keys.first(direct)));
+  if (direct == keys.size()) return direct;
+  KVTIER_ASSIGN_OR_RETURN(ReadLease lease, Acquire(keys.subspan(direct)));
+  if (located_.size() + lease.size() > kMaxLocated) located_.clear();
+  for (size_t i = 0; i < lease.size(); ++i) {
+    std::memcpy(dst[direct + i], lease.Bytes(i).data(), block_bytes());
+    const uint64_t page = lease.offset(i) / kSlotGenerationPageBytes;
+    if (host_generations_ != nullptr && page < host_generation_entries_) {
+      // Steady while the lease pins the block.
+      located_[keys[direct + i]] = {lease.offset(i),
+                                    host_generations_[page].load(std::memory_order_acquire)};
+    }
+  }
+  return direct + lease.size();
 }
 
 Status Client::Handle(Opcode op, uint64_t handle_id) {

@@ -25,12 +25,14 @@
 // that Client's thread, and must not outlive it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -222,6 +224,24 @@ class Client {
   // Pins the leading present blocks in `tier`, promoting them there.
   Result<ReadLease> Acquire(std::span<const BlockKey> keys, WireTier tier = WireTier::kHost);
 
+  // Copies the leading present blocks of `keys` out of the host arena into
+  // dst[i] (block_bytes() each); returns how many. A block this client has
+  // read with Read before is copied without asking kvtierd while it is still
+  // in the slot it was in then (a direct read: its slot's generation, read
+  // before and after the copy, unchanged; common/slot_generations.h), and
+  // kvtierd hears of it afterwards (a TOUCH whose reply is read with the next
+  // request), so that it stays as recent as a block read through a lease.
+  // The rest go through one ACQUIRE, their slots remembered. dst[i] for
+  // i >= the count returned may have been written. REQUIRES: dst.size() >=
+  // keys.size() (InvalidArgument otherwise). FailedPrecondition when the
+  // host arena is not mapped.
+  Result<size_t> Read(std::span<const BlockKey> keys, std::span<std::byte* const> dst);
+  // Blocks Read copied without asking kvtierd, and those it found moved
+  // (their slot's generation changed: read again through ACQUIRE), since
+  // the client was made.
+  uint64_t direct_reads() const { return direct_reads_; }
+  uint64_t direct_misses() const { return direct_misses_; }
+
   // Writes keys.size() blocks through the socket. REQUIRES: data.size() ==
   // keys.size() x block_bytes() (InvalidArgument otherwise).
   Result<protocol::PutReply> PutInline(std::span<const BlockKey> keys,
@@ -298,8 +318,19 @@ class Client {
   // COMMIT, ABORT or RELEASE of `handle_id`.
   Status Handle(protocol::Opcode op, uint64_t handle_id);
   uint64_t NextId() { return next_id_++; }
-  // Reads the replies of deferred RELEASEs, which precede any later reply.
+  // Reads the replies of deferred RELEASEs and TOUCHes, which precede any
+  // later reply.
   Status ReadDeferredReplies();
+  // Sends a TOUCH of `keys` whose reply is read with the next request's.
+  Status TouchDeferred(std::span<const BlockKey> keys);
+  // Where Read found a block: its offset in the host arena and its slot's
+  // generation while it was leased.
+  struct Located {
+    uint64_t offset = 0;
+    uint64_t generation = 0;
+  };
+  // Copies a remembered block to `dst` if its slot still holds it.
+  bool CopyDirect(const Located& at, std::byte* dst) const;
 
   ClientOptions options_;
   std::unique_ptr<internal::Connection> conn_;
@@ -308,8 +339,18 @@ class Client {
   Arena host_;
   Arena device_;
   uint64_t next_id_ = 1;
-  std::vector<std::byte> tx_;                // reused request buffer
-  std::vector<uint64_t> deferred_releases_;  // request ids whose replies are unread
+  std::vector<std::byte> tx_;  // reused request buffer
+  // Requests whose replies are unread (RELEASE, TOUCH), oldest first.
+  std::vector<std::pair<protocol::Opcode, uint64_t>> deferred_;
+  static constexpr size_t kMaxDeferred = 32;
+  // The host arena's slot generations (nullptr: a daemon without them) and
+  // the blocks Read has seen, at most kMaxLocated (then forgotten at once).
+  const std::atomic<uint64_t>* host_generations_ = nullptr;
+  uint64_t host_generation_entries_ = 0;
+  static constexpr size_t kMaxLocated = 1 << 16;
+  std::unordered_map<BlockKey, Located, prefix_index::BlockKeyHash> located_;
+  uint64_t direct_reads_ = 0;
+  uint64_t direct_misses_ = 0;
 };
 
 }  // namespace kvtier::client

@@ -33,8 +33,8 @@ inline constexpr std::array<uint64_t, 17> kLatencyBoundsNs = {
     50'000'000, 100'000'000, 250'000'000, 500'000'000, 1'000'000'000};
 
 // Opcodes are 1..kNumOpcodes (protocol/wire.h).
-inline constexpr size_t kNumOpcodes = 13;
-static_assert(static_cast<size_t>(protocol::Opcode::kHint) == kNumOpcodes,
+inline constexpr size_t kNumOpcodes = 14;
+static_assert(static_cast<size_t>(protocol::Opcode::kTouch) == kNumOpcodes,
               "a new opcode needs its place in RequestStats");
 
 // One operation's requests: count, errors, and a latency histogram.

@@ -249,6 +249,9 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
       case Opcode::kHint:
         status = Hint(s, h, std::get<protocol::HintRequest>(request), reply);
         break;
+      case Opcode::kTouch:
+        status = Touch(s, h, std::get<protocol::KeysRequest>(request), reply);
+        break;
     }
   }
   if (!status) status = InternalError("unhandled opcode");
@@ -394,6 +397,13 @@ Status Service::Release(SessionState& s, const FrameHeader& h, const protocol::H
     return NotFoundError(Str("lease ", r.id, " is not held by this session"));
   }
   protocol::EncodeCountReply(h.opcode, h.request_id, {}, &reply->frame);
+  return Status::Ok();
+}
+
+Status Service::Touch(SessionState& s, const FrameHeader& h, const protocol::KeysRequest& r,
+                      Reply* reply) {
+  KVTIER_ASSIGN_OR_RETURN(const size_t touched, engine_.Touch(s.ns, r.keys));
+  protocol::EncodeCountReply(h.opcode, h.request_id, {touched}, &reply->frame);
   return Status::Ok();
 }
 

@@ -101,6 +101,8 @@ class Service {
                               const protocol::PutRequest& r, Reply* reply);
   asio::awaitable<Status> Get(SessionState& s, const protocol::FrameHeader& h,
                               const protocol::KeysRequest& r, Reply* reply);
+  Status Touch(SessionState& s, const protocol::FrameHeader& h, const protocol::KeysRequest& r,
+               Reply* reply);
   Status Remove(SessionState& s, const protocol::FrameHeader& h, const protocol::KeysRequest& r,
                 Reply* reply);
   Status Stats(const protocol::FrameHeader& h, Reply* reply);

@@ -317,6 +317,11 @@ class CacheEngine {
   // Changes no recency.
   Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys);
 
+  // The leading run of `keys` present, which a worker read without a lease
+  // (a direct read, common/slot_generations.h): made recent and counted as
+  // served, as Acquire would, with nothing pinned or moved. Its length.
+  Result<size_t> Touch(NamespaceId ns, std::span<const BlockKey> keys);
+
   // Like Lookup, and where the local run ends short of the chain, asks the
   // remote tier (on remote_io) for the rest: those blocks follow in the
   // result as kRemote. `done` runs on the engine's thread; at once without
@@ -554,6 +559,11 @@ class CacheEngine {
   // ---- the read path (lookup_acquire.cc)
   // Pins the leading visible blocks of `keys` and touches them, tail first.
   std::vector<EntryId> PinLeadingRun(NamespaceId ns, std::span<const BlockKey> keys);
+  // The leading run of `keys` present (visible).
+  std::vector<EntryId> LeadingRun(NamespaceId ns, std::span<const BlockKey> keys) const;
+  // A run served to a worker: its policies touched (last block first), the
+  // hits counted.
+  void Served(NamespaceId ns, std::span<const EntryId> run);
   // AcquireAsync over what this node holds (the remote tier's part done).
   void AcquireLocal(NamespaceId ns, std::span<const BlockKey> keys, TierKind tier,
                     std::function<void(Result<Lease>)> done);

@@ -124,17 +124,27 @@ void CacheEngine::AcquireLocal(NamespaceId ns, std::span<const BlockKey> keys, T
   if (pending_acquires_[pending_id].outstanding == 0) FinishAcquire(pending_id);
 }
 
-std::vector<EntryId> CacheEngine::PinLeadingRun(NamespaceId ns, std::span<const BlockKey> keys) {
+std::vector<EntryId> CacheEngine::LeadingRun(NamespaceId ns, std::span<const BlockKey> keys) const {
   std::vector<EntryId> run;
   for (const BlockKey& key : keys) {
     const EntryId id = index_.Find(ns, key);
     if (id == kNoEntry || !index_.visible(id)) break;
     run.push_back(id);
   }
-  // The policies hear of the pins with the touches below (a Touch carries
-  // the pinned state as an Update would): one call per block, not two.
+  return run;
+}
+
+std::vector<EntryId> CacheEngine::PinLeadingRun(NamespaceId ns, std::span<const BlockKey> keys) {
+  std::vector<EntryId> run = LeadingRun(ns, keys);
+  // The policies hear of the pins with the touches in Served (a Touch
+  // carries the pinned state as an Update would): one call per block, not two.
   for (EntryId id : run) Pin(id, /*tell_policy=*/false);
   HintsUsed(run);
+  Served(ns, run);
+  return run;
+}
+
+void CacheEngine::Served(NamespaceId ns, std::span<const EntryId> run) {
   // Touch the last block first so a chain's head is the most recent: the
   // tail of a prefix goes before the blocks it depends on.
   for (auto it = run.rbegin(); it != run.rend(); ++it) {
@@ -144,7 +154,17 @@ std::vector<EntryId> CacheEngine::PinLeadingRun(NamespaceId ns, std::span<const 
     ++ns_use_[ns].hit_blocks[Index(b.from_remote ? TierKind::kRemote : b.tier)];
     b.from_remote = false;
   }
-  return run;
+}
+
+Result<size_t> CacheEngine::Touch(NamespaceId ns, std::span<const BlockKey> keys) {
+  KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
+  ExpireHints();
+  const std::vector<EntryId> run = LeadingRun(ns, keys);
+  HintsUsed(run);
+  Served(ns, run);
+  stats_.acquired_blocks += run.size();
+  stats_.acquired_tokens += run.size() * namespaces_[ns].layout.block_tokens;
+  return run.size();
 }
 
 void CacheEngine::FinishAcquire(uint64_t pending_id) {

@@ -57,6 +57,7 @@ int Run(const std::string& dir) {
   EncodeKeys(Opcode::kLookup, 2, keys, add("req_lookup"));
   EncodeKeys(Opcode::kGet, 3, keys, add("req_get"));
   EncodeKeys(Opcode::kRemove, 4, keys, add("req_remove"));
+  EncodeKeys(Opcode::kTouch, 14, keys, add("req_touch"));
   EncodeAllocate(5, AllocateRequest{.tier = WireTier::kHost, .parent = Key(0), .keys = keys},
                  add("req_allocate"));
   EncodeAllocate(6, AllocateRequest{.tier = WireTier::kDevice, .parent = {}, .keys = keys},
@@ -106,6 +107,7 @@ int Run(const std::string& dir) {
   EncodeCountReply(Opcode::kAbort, 8, CountReply{.count = 0}, add("reply_abort"));
   EncodeCountReply(Opcode::kRelease, 9, CountReply{.count = 0}, add("reply_release"));
   EncodeCountReply(Opcode::kRemove, 4, CountReply{.count = 2}, add("reply_remove"));
+  EncodeCountReply(Opcode::kTouch, 14, CountReply{.count = 2}, add("reply_touch"));
   EncodeCountReply(Opcode::kSetRetention, 13, CountReply{.count = 3}, add("reply_set_retention"));
   EncodeHintReply(14, HintReply{.blocks = 3, .prefetching = 1}, add("reply_hint"));
   EncodeStatsReply(12, StatsReply{.entries = {{"version", "0.1.0"}, {"host_used_bytes", "4096"}}},

@@ -32,6 +32,7 @@ Bytes EncodeRequest(Opcode op, uint64_t id, const Request& req) {
     case Opcode::kLookup:
     case Opcode::kGet:
     case Opcode::kRemove:
+    case Opcode::kTouch:
       EncodeKeys(op, id, std::get<KeysRequest>(req).keys, &out);
       break;
     case Opcode::kAllocate:
@@ -169,7 +170,8 @@ void FuzzReply(const Frame& f) {
     case Opcode::kAbort:
     case Opcode::kRelease:
     case Opcode::kRemove:
-    case Opcode::kSetRetention: {
+    case Opcode::kSetRetention:
+    case Opcode::kTouch: {
       const Opcode op = f.h.opcode;
       RoundTripReply(f, DecodeCountReply, [op, id](const CountReply& m, Bytes* out) {
         EncodeCountReply(op, id, m, out);

@@ -46,12 +46,14 @@ std::string_view OpcodeName(Opcode op) {
       return "SET_RETENTION";
     case Opcode::kHint:
       return "HINT";
+    case Opcode::kTouch:
+      return "TOUCH";
   }
   return "UNKNOWN";
 }
 
 bool IsKnownOpcode(uint16_t op) {
-  return op >= static_cast<uint16_t>(Opcode::kHello) && op <= static_cast<uint16_t>(Opcode::kHint);
+  return op >= static_cast<uint16_t>(Opcode::kHello) && op <= static_cast<uint16_t>(Opcode::kTouch);
 }
 
 void EncodeHeader(const FrameHeader& h, std::span<std::byte> out) {
@@ -126,7 +128,8 @@ void EncodeHello(uint64_t request_id, const HelloRequest& r, std::vector<std::by
 
 void EncodeKeys(Opcode op, uint64_t request_id, std::span<const BlockKey> keys,
                 std::vector<std::byte>* out) {
-  assert(op == Opcode::kLookup || op == Opcode::kGet || op == Opcode::kRemove);
+  assert(op == Opcode::kLookup || op == Opcode::kGet || op == Opcode::kRemove ||
+         op == Opcode::kTouch);
   const size_t start = BeginRequest(op, request_id, out);
   ByteWriter w(out);
   WriteKeys(w, keys);
@@ -222,6 +225,7 @@ Result<Request> DecodeRequest(const FrameHeader& h, std::span<const std::byte> p
     case Opcode::kLookup:
     case Opcode::kGet:
     case Opcode::kRemove:
+    case Opcode::kTouch:
       s = ReadKeys(r, key_cap, &req.emplace<KeysRequest>().keys);
       break;
     case Opcode::kAllocate:

@@ -54,6 +54,10 @@ enum class Opcode : uint16_t {
   kStats = 11,
   kSetRetention = 12,
   kHint = 13,
+  // The leading present run of the keys, read by the worker straight from
+  // the arena (direct reads): counted as served and made recent, as an
+  // ACQUIRE would, with nothing pinned. Replied with the run's length.
+  kTouch = 14,
 };
 std::string_view OpcodeName(Opcode op);  // "HELLO", "LOOKUP", ...
 bool IsKnownOpcode(uint16_t op);

@@ -92,7 +92,7 @@ std::span<std::byte> EncodeGetReplyPrefix(uint64_t request_id, uint32_t hits, ui
 void EncodeCountReply(Opcode op, uint64_t request_id, const CountReply& r,
                       std::vector<std::byte>* out) {
   assert(op == Opcode::kRemove || op == Opcode::kCommit || op == Opcode::kAbort ||
-         op == Opcode::kSetRetention || op == Opcode::kRelease);
+         op == Opcode::kSetRetention || op == Opcode::kRelease || op == Opcode::kTouch);
   const size_t start = BeginReply(op, request_id, out);
   ByteWriter(out).U64(r.count);
   EndFrame(start, out);

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cassert>
 #include <cerrno>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/slot_generations.h"
 #include "common/units.h"
 #include "tiers/internal/cuda_runtime.h"
 #include "tiers/internal/slab_allocator.h"
@@ -28,6 +30,8 @@
 
 namespace kvtier::tiers {
 namespace {
+
+static_assert(kSlotPageBytes == kSlotGenerationPageBytes, "a SlotId indexes the generations");
 
 using internal::SlabAllocator;
 
@@ -117,6 +121,16 @@ class ArenaTier final : public internal::SlabTier {
   }
   bool copies_async() const override { return async_copies_; }
 
+  // A freed slot's generation is raised before the slot can be allocated
+  // again, so that a worker copying it without a lease finds the change
+  // (common/slot_generations.h). The fence keeps the raise ahead of whatever
+  // the slot's next owner writes.
+  void Free(SlotId slot) override {
+    Generation(slot).fetch_add(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    SlabTier::Free(slot);
+  }
+
   Status Read(SlotId slot, std::span<std::byte> dst) override {
     KVTIER_RETURN_IF_ERROR(CheckSlot(slot, dst.size(), "Read"));
     std::memcpy(dst.data(), At(slot), dst.size());
@@ -144,6 +158,10 @@ class ArenaTier final : public internal::SlabTier {
 
  private:
   std::byte* At(SlotId slot) const { return base_ + SlotOffset(slot); }
+  // A SlotId is the slot's first page: its entry in the table after the slots.
+  std::atomic<uint64_t>& Generation(SlotId slot) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(base_ + allocator_.capacity_bytes())[slot];
+  }
 
   const TierKind kind_;
   const int fd_;
@@ -204,15 +222,17 @@ Result<std::unique_ptr<Tier>> NewArenaTier(TierKind kind, const ArenaTierOptions
                                 std::to_string(options.capacity_bytes) +
                                 " bytes must be > 0 and at most 8 TiB");
   }
-  // The slots' bytes, and those of the memfd and its mapping (more on huge
-  // pages: a whole number of them).
+  // The slots' bytes, and those of the memfd and its mapping: the slots,
+  // then their generations (common/slot_generations.h), on huge pages
+  // rounded up to a whole number of them.
   const uint64_t slot_bytes = AlignUp(options.capacity_bytes, kSlotPageBytes);
+  const uint64_t with_generations = slot_bytes + SlotGenerationsBytes(slot_bytes);
   std::optional<Arena> arena;
   uint64_t arena_bytes = 0;
   bool huge = false;  // the arena is on huge pages
   std::string pages_note;
   if (options.huge_pages != HugePages::kOff) {
-    arena_bytes = AlignUp(options.capacity_bytes, kHugePageBytes);
+    arena_bytes = AlignUp(with_generations, kHugePageBytes);
     const uint64_t pages = arena_bytes / kHugePageBytes;
     Result<Arena> got =
         MapArena(kind, arena_bytes, MFD_HUGETLB | MFD_HUGE_2MB, options.reserve_memory);
@@ -237,7 +257,7 @@ Result<std::unique_ptr<Tier>> NewArenaTier(TierKind kind, const ArenaTierOptions
     }
   }
   if (!arena) {
-    arena_bytes = slot_bytes;
+    arena_bytes = with_generations;
     // Committing more than the machine has would not fail: the kernel's OOM
     // killer would end the daemon mid-start. Refuse first, saying what to do.
     if (options.reserve_memory) {
@@ -265,6 +285,12 @@ Result<std::unique_ptr<Tier>> NewArenaTier(TierKind kind, const ArenaTierOptions
     return allocator.status();
   }
   if (!pages_note.empty() && options.note) options.note(pages_note);
+  SlotGenerationsHeader header{};
+  std::memcpy(header.magic, kSlotGenerationsMagic, sizeof header.magic);
+  header.table_offset = slot_bytes;
+  header.entries = slot_bytes / kSlotGenerationPageBytes;
+  header.page_bytes = kSlotGenerationPageBytes;
+  std::memcpy(arena->base + arena_bytes - kSlotGenerationPageBytes, &header, sizeof header);
   auto tier = std::make_unique<ArenaTier>(kind, std::move(allocator).value(), arena->fd,
                                           arena->base, arena_bytes, options.async_copies,
                                           huge ? kHugePageBytes : kSlotPageBytes);

@@ -329,6 +329,10 @@ Status Answer(FakeDaemon::State& s, const protocol::FrameHeader& h, const protoc
       }
       return Status::Ok();
     }
+    case Opcode::kTouch:
+      protocol::EncodeCountReply(h.opcode, id,
+                                 {s.Leading(std::get<protocol::KeysRequest>(req).keys)}, out);
+      return Status::Ok();
     case Opcode::kRemove: {
       uint64_t n = 0;
       for (const auto& k : std::get<protocol::KeysRequest>(req).keys) {

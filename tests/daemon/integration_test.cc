@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -136,6 +138,99 @@ TEST_F(IntegrationTest, AnArenaOnHugePagesIsMappedWholeByTheWorker) {
   const MappingPages m = PagesAt(lease->Bytes(0).data());
   EXPECT_EQ(m.page_bytes, 2u << 20);
   EXPECT_EQ(m.huge_mapped_bytes, 16u << 20);  // all of it mapped, not only what was touched
+}
+
+// Read: the first time through ACQUIRE, then straight from the arena (no
+// request but the TOUCH that tells kvtierd), counted as hits all the same;
+// once the blocks have left their slots, through ACQUIRE again, never the
+// bytes now in those slots.
+TEST_F(IntegrationTest, ReadCopiesABlockItReadBeforeWithoutAskingAndNeverAMovedOne) {
+  // 64 blocks of room.
+  Start({"--host-capacity", "1MiB", "--host-slab", "1MiB"});
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  const auto keys = Put(*c, RandomTokens(4, 16 * 8));
+  ASSERT_EQ(keys.size(), 8u);
+  std::vector<std::vector<std::byte>> bufs(8, std::vector<std::byte>(kTestBlockBytes));
+  std::vector<std::byte*> dst;
+  for (auto& b : bufs) dst.push_back(b.data());
+  auto read = c->Read(keys, dst);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, 8u);
+  EXPECT_EQ(c->direct_reads(), 0u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(MatchesPattern(bufs[i], keys[i])) << i;
+  auto before = StatsOf(*c);
+  for (auto& b : bufs) std::fill(b.begin(), b.end(), std::byte{0});
+  read = c->Read(keys, dst);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, 8u);
+  EXPECT_EQ(c->direct_reads(), 8u);  // none asked for
+  for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(MatchesPattern(bufs[i], keys[i])) << i;
+  auto after = StatsOf(*c);  // the TOUCH's reply is read with this request's
+  EXPECT_EQ(std::stoull(after["op.acquire.requests"]), std::stoull(before["op.acquire.requests"]));
+  EXPECT_EQ(std::stoull(after["op.touch.requests"]), 1u);
+  EXPECT_EQ(std::stoull(after["tier.host.hits"]), std::stoull(before["tier.host.hits"]) + 8);
+
+  // Other prompts take all the room: the blocks go, their slots hold others.
+  for (uint32_t seed = 10; seed < 14; ++seed) Put(*c, RandomTokens(seed, 16 * 32));
+  ASSERT_EQ(c->Lookup(keys)->tiers.size(), 0u);
+  read = c->Read(keys, dst);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, 0u);
+  EXPECT_EQ(c->direct_misses(), 1u);  // found moved at the first key
+  EXPECT_EQ(c->direct_reads(), 8u);
+  // Written again (into whatever slots): read through ACQUIRE, then directly.
+  Put(*c, RandomTokens(4, 16 * 8));
+  for (int round = 0; round < 2; ++round) {
+    read = c->Read(keys, dst);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    ASSERT_EQ(*read, 8u);
+    for (size_t i = 0; i < 8; ++i) EXPECT_TRUE(MatchesPattern(bufs[i], keys[i])) << i;
+  }
+  EXPECT_EQ(c->direct_reads(), 16u);
+  std::vector<std::byte*> short_dst(dst.begin(), dst.begin() + 2);
+  EXPECT_EQ(c->Read(keys, short_dst).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A worker reading the same prompts over and over straight from the arena
+// while another fills the tier, so that their blocks are evicted and their
+// slots rewritten under it: every block Read reports is the right one.
+TEST_F(IntegrationTest, DirectReadsRacingEvictionNeverReturnAWrongByte) {
+  Start({"--host-capacity", "2MiB", "--host-slab", "1MiB"});  // 128 blocks
+  auto reader = Connect();
+  auto writer = Connect();
+  ASSERT_TRUE(reader && writer);
+  std::vector<std::vector<BlockKey>> prompts;
+  for (uint32_t seed = 0; seed < 4; ++seed)
+    prompts.push_back(Put(*reader, RandomTokens(seed, 16 * 4)));
+  std::atomic<bool> stop{false};
+  std::thread fill([&] {
+    for (uint32_t seed = 100; !stop.load(); ++seed) {
+      // The reader's prompts stay recent (its reads touch them): removed
+      // outright, their slots freed and filled by others, then put back.
+      const uint32_t p = seed % 4;
+      ASSERT_TRUE(writer->Remove(std::span(prompts[p]).first(1)).ok());
+      Put(*writer, RandomTokens(seed, 16 * 8));
+      Put(*writer, RandomTokens(p, 16 * 4));
+    }
+  });
+  std::vector<std::vector<std::byte>> bufs(4, std::vector<std::byte>(kTestBlockBytes));
+  std::vector<std::byte*> dst;
+  for (auto& b : bufs) dst.push_back(b.data());
+  size_t wrong = 0, blocks = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  for (size_t i = 0; std::chrono::steady_clock::now() < until; ++i) {
+    const auto& keys = prompts[i % prompts.size()];
+    auto read = reader->Read(keys, dst);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    for (size_t k = 0; k < *read; ++k) wrong += MatchesPattern(bufs[k], keys[k]) ? 0u : 1u;
+    blocks += *read;
+  }
+  stop = true;
+  fill.join();
+  EXPECT_EQ(wrong, 0u) << "of " << blocks << " blocks read";
+  EXPECT_GT(reader->direct_reads(), 0u);
+  EXPECT_GT(reader->direct_misses(), 0u);  // the race was run
 }
 
 TEST_F(IntegrationTest, InlinePutIsReadInPlaceByAnother) {

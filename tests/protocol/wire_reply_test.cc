@@ -177,7 +177,8 @@ TEST(WireReply, GetPrefixRoundTrip) {
 }
 
 TEST(WireReply, CountRoundTrip) {
-  for (Opcode op : {Opcode::kRemove, Opcode::kCommit, Opcode::kAbort, Opcode::kRelease}) {
+  for (Opcode op :
+       {Opcode::kRemove, Opcode::kCommit, Opcode::kAbort, Opcode::kRelease, Opcode::kTouch}) {
     Bytes out;
     EncodeCountReply(op, 8, {.count = 12}, &out);
     Frame f = Split(out);

@@ -72,7 +72,7 @@ TEST(WireHeader, RejectsVersionZeroAndAboveMax) {
 }
 
 TEST(WireHeader, RejectsUnknownOpcode) {
-  for (int op : {0, 14, 0xffff}) {
+  for (int op : {0, 15, 0xffff}) {
     Bytes b = ValidHeader();
     b[6] = static_cast<std::byte>(op & 0xff);
     b[7] = static_cast<std::byte>(op >> 8);
@@ -84,7 +84,8 @@ TEST(WireHeader, RejectsUnknownOpcode) {
   EXPECT_TRUE(IsKnownOpcode(11));
   EXPECT_TRUE(IsKnownOpcode(12));  // SET_RETENTION
   EXPECT_TRUE(IsKnownOpcode(13));  // HINT
-  EXPECT_FALSE(IsKnownOpcode(14));
+  EXPECT_TRUE(IsKnownOpcode(14));  // TOUCH
+  EXPECT_FALSE(IsKnownOpcode(15));
   EXPECT_EQ(OpcodeName(Opcode::kAllocate), "ALLOCATE");
 }
 
@@ -245,7 +246,7 @@ TEST(WireRequest, HelloEmptyAndMaximalStrings) {
 }
 
 TEST(WireRequest, KeysRoundTrip) {
-  for (Opcode op : {Opcode::kLookup, Opcode::kGet, Opcode::kRemove}) {
+  for (Opcode op : {Opcode::kLookup, Opcode::kGet, Opcode::kRemove, Opcode::kTouch}) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{5}}) {
       Bytes out;
       EncodeKeys(op, 5, Keys(n), &out);

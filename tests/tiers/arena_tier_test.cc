@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/slot_generations.h"
 #include "tiers/tier.h"
 
 namespace kvtier::tiers {
@@ -50,7 +52,8 @@ TEST(ArenaTierTest, HostTierDescribesItself) {
   EXPECT_FALSE(tier->emulated());
   EXPECT_EQ(tier->description(), "host: memfd arena, 16.0 MiB, 1.00 MiB slabs, 4 KiB pages");
   EXPECT_EQ(tier->capacity_bytes(), 16 * kMiB);
-  EXPECT_EQ(tier->arena_bytes(), 16 * kMiB);
+  // The slots, then their generations (common/slot_generations.h).
+  EXPECT_EQ(tier->arena_bytes(), 16 * kMiB + 32 * kKiB + 4 * kKiB);
   EXPECT_EQ(tier->used_bytes(), 0u);
   EXPECT_GE(tier->arena_fd(), 0);
   EXPECT_EQ(tier->SlotBytes(5000), 8 * kKiB);
@@ -77,7 +80,7 @@ TEST(ArenaTierTest, CapacityIsRoundedUpToAPage) {
   auto tier = MakeHost(10000);
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(tier->capacity_bytes(), 3 * kSlotPageBytes);
-  EXPECT_EQ(tier->arena_bytes(), 3 * kSlotPageBytes);
+  EXPECT_EQ(tier->arena_bytes(), 3 * kSlotPageBytes + SlotGenerationsBytes(3 * kSlotPageBytes));
 }
 
 TEST(ArenaTierTest, RejectsBadOptions) {
@@ -144,8 +147,9 @@ TEST(ArenaTierTest, HugePagesNotInThePoolAreRefusedOrFallenBackFrom) {
   ASSERT_TRUE(fell_back.ok()) << fell_back.status().ToString();
   EXPECT_NE((*fell_back)->description().find("4 KiB pages"), std::string::npos);
   ASSERT_EQ(notes.size(), 1u);
-  EXPECT_NE(notes[0].find("sysctl vm.nr_hugepages=" + std::to_string(capacity / kHugePageBytes)),
-            std::string::npos)
+  const uint64_t pages =
+      (capacity + SlotGenerationsBytes(capacity) + kHugePageBytes - 1) / kHugePageBytes;
+  EXPECT_NE(notes[0].find("sysctl vm.nr_hugepages=" + std::to_string(pages)), std::string::npos)
       << notes[0];
   // Still an arena: a block written is read back.
   auto slot = (*fell_back)->Allocate(64 * kKiB);
@@ -191,6 +195,40 @@ TEST(ArenaTierTest, OnHugePagesTheDaemonAndAWorkerMapTwoMiBPages) {
   const std::byte* seen = static_cast<const std::byte*>(worker) + tier.SlotOffset(*slot);
   EXPECT_EQ(std::memcmp(seen, data.data(), kMiB), 0);
   EXPECT_EQ(munmap(worker, tier.arena_bytes()), 0);
+}
+
+// A worker finds the slots' generations at the end of the arena it maps; a
+// freed slot's generation is raised (before the slot can hold another
+// block), the others stay.
+TEST(ArenaTierTest, AFreedSlotsGenerationIsRaisedWhereAWorkerSeesIt) {
+  auto tier = MakeHost(8 * kMiB);
+  ASSERT_NE(tier, nullptr);
+  void* worker = mmap(nullptr, tier->arena_bytes(), PROT_READ, MAP_SHARED, tier->arena_fd(), 0);
+  ASSERT_NE(worker, MAP_FAILED) << std::strerror(errno);
+  uint64_t entries = 0;
+  const std::atomic<uint64_t>* gen =
+      FindSlotGenerations(static_cast<std::byte*>(worker), tier->arena_bytes(), &entries);
+  ASSERT_NE(gen, nullptr);
+  EXPECT_EQ(entries, 8 * kMiB / kSlotPageBytes);
+  auto a = tier->Allocate(64 * kKiB);
+  auto b = tier->Allocate(64 * kKiB);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const uint64_t page_a = tier->SlotOffset(*a) / kSlotPageBytes;
+  const uint64_t page_b = tier->SlotOffset(*b) / kSlotPageBytes;
+  EXPECT_EQ(gen[page_a].load(), 0u);
+  tier->Free(*a);
+  EXPECT_EQ(gen[page_a].load(), 1u);
+  EXPECT_EQ(gen[page_b].load(), 0u);
+  auto again = tier->Allocate(64 * kKiB);  // the same slot, most likely
+  ASSERT_TRUE(again.ok());
+  tier->Free(*again);
+  tier->Free(*b);
+  EXPECT_EQ(gen[tier->SlotOffset(*again) / kSlotPageBytes].load(), *again == *a ? 2u : 1u);
+  EXPECT_EQ(gen[page_b].load(), 1u);
+  // Not found in an arena without the header (a torn or foreign mapping).
+  std::vector<std::byte> zeros(64 * kKiB);
+  EXPECT_EQ(FindSlotGenerations(zeros.data(), zeros.size(), &entries), nullptr);
+  EXPECT_EQ(munmap(worker, tier->arena_bytes()), 0);
 }
 
 TEST(ArenaTierTest, RejectsZeroAndTooLargeAllocations) {
