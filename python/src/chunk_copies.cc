@@ -90,6 +90,9 @@ size_t GetRows(ClientCore& core, std::span<const client::BlockKey> keys, const B
   return ValueOrThrow(core.Call([&](client::Client& c) -> Result<size_t> {
     if (!c.mapped(tier))
       return FailedPreconditionError("get_rows reads host-addressable tiers only");
+    // From the host tier, blocks read before are copied without a request
+    // (direct reads, client/client.h Read).
+    if (tier == WireTier::kHost) return c.Read(keys, dst);
     KVTIER_ASSIGN_OR_RETURN(client::ReadLease l, c.Acquire(keys, tier));
     for (size_t i = 0; i < l.size(); ++i) std::memcpy(dst[i], l.Bytes(i).data(), bytes);
     const size_t n = l.size();

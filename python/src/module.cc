@@ -451,6 +451,9 @@ Returns the states, as WriteHandle.states.)")
           nb::arg("keys"), nb::arg("rows"), nb::arg("row_ids"), nb::arg("tier") = WireTier::kHost,
           R"(acquire(keys, tier), leased block i copied into row row_ids[i] of rows (a 2-D CPU
 array, one block a row), and the lease released: one call, without the GIL.
+From the host tier, a block this client read before is copied straight out of
+the arena while it is still in the same slot, without a request (a direct read;
+kvtierd hears of it afterwards: docs/protocol.md, "Direct reads").
 Returns how many leading blocks were copied.)")
       .def(
           "put_spans",
