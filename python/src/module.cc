@@ -322,6 +322,13 @@ for an invalid layout or an empty model.)")
                    [](const PyClient& c) { return c.options().layout.block_tokens; })
       .def_prop_ro("session_id", [](const PyClient& c) { return c.session().session_id; })
       .def_prop_ro(
+          "direct_reads",
+          [](PyClient& c) {
+            return c.core()->Peek([](client::Client& cl) { return cl.direct_reads(); });
+          },
+          "Blocks get_rows copied from the host arena without a request (read before, still "
+          "in their slot), since the client was made.")
+      .def_prop_ro(
           "max_keys", [](const PyClient& c) { return c.session().max_keys; },
           "Most keys one request may carry.")
       .def_prop_ro(

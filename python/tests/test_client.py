@@ -123,6 +123,12 @@ def test_rows_of_a_chunk_buffer_in_and_out_in_one_call(daemon):
         assert c.get_rows(keys, out, [5, 4, 3, 2]) == 4
         assert (out[5] == buf[4]).all() and (out[4] == buf[1]).all()
         assert (out[3] == buf[2]).all() and (out[2] == buf[3]).all()
+        # Read again: straight out of the arena, no request (direct reads).
+        assert c.direct_reads == 0
+        out[:] = 0
+        assert c.get_rows(keys, out, [5, 4, 3, 2]) == 4
+        assert c.direct_reads == 4
+        assert (out[5] == buf[4]).all() and (out[2] == buf[3]).all()
         with c.acquire(keys[2:]) as lease:
             out2 = np.zeros_like(buf)
             lease.read_rows(out2, [0, 1])
