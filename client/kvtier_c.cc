@@ -188,6 +188,27 @@ int kvtier_get(kvtier_client* client, const kvtier_key* keys, size_t n, void* ou
   });
 }
 
+int kvtier_copy(kvtier_client* client, const kvtier_key* keys, size_t n, void* out, size_t cap,
+                size_t* hits) {
+  return Guard(client, [&] {
+    if (client == nullptr || (keys == nullptr && n > 0) || hits == nullptr ||
+        (out == nullptr && cap > 0)) {
+      return NullArgument(client, "argument");
+    }
+    const uint64_t bb = client->impl->block_bytes();
+    if (cap / bb < n) {
+      return Fail(client, kvtier::InvalidArgumentError("out holds " + std::to_string(cap) +
+                                                       " bytes, fewer than n blocks"));
+    }
+    std::vector<std::byte*> dst(n);
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<std::byte*>(out) + i * bb;
+    auto copied = client->impl->Read(ToKeys(keys, n), dst);
+    if (!copied.ok()) return Fail(client, copied.status());
+    *hits = *copied;
+    return KVTIER_OK;
+  });
+}
+
 int kvtier_allocate(kvtier_client* client, const kvtier_key* keys, size_t n, uint32_t tier,
                     kvtier_write** out) {
   return Guard(client, [&] {

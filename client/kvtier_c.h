@@ -129,6 +129,13 @@ size_t kvtier_read_count(const kvtier_read* r);
 int kvtier_read_block(const kvtier_read* r, size_t i, const void** ptr);
 int kvtier_release(kvtier_read* r);
 
+/* Copies the leading present blocks out of the host arena into `out` (cap
+ * >= n x block_bytes bytes, block i at i x block_bytes); *hits = blocks
+ * copied. A block this client copied before is read straight from its slot,
+ * without a request, while it is still there (Client::Read). */
+int kvtier_copy(kvtier_client* client, const kvtier_key* keys, size_t n, void* out, size_t cap,
+                size_t* hits);
+
 /* Removes the keys; *removed (may be NULL) = blocks removed. */
 int kvtier_remove(kvtier_client* client, const kvtier_key* keys, size_t n, uint64_t* removed);
 

@@ -1,6 +1,7 @@
 // The C API against FakeDaemon: the same session driven through kvtier_c.h.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -66,6 +67,13 @@ TEST(CApiTest, FullSession) {
   EXPECT_EQ(hits, 3u);
   EXPECT_EQ(out[0], 0x5a);
   EXPECT_EQ(out[bb], 1);
+  std::fill(out.begin(), out.end(), 0);
+  EXPECT_EQ(kvtier_copy(c, keys, 3, out.data(), bb, &hits), KVTIER_INVALID_ARGUMENT);
+  ASSERT_EQ(kvtier_copy(c, keys, 3, out.data(), out.size(), &hits), KVTIER_OK)
+      << kvtier_last_error(c);
+  EXPECT_EQ(hits, 3u);
+  EXPECT_EQ(out[0], 0x5a);
+  EXPECT_EQ(out[2 * bb + bb - 1], 2);
 
   char json[256];
   size_t len = 0;
