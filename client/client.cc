@@ -191,6 +191,8 @@ Result<std::span<const std::byte>> Client::Call(Opcode op, uint64_t id, uint16_t
                                 std::to_string(tx_.size()) + " bytes exceeds kvtierd's limit of " +
                                 std::to_string(session_.max_payload_bytes) + "; split it");
   }
+  // Direct reads not yet told go first, their reply read with this one's.
+  KVTIER_RETURN_IF_ERROR(FlushTouches());
   Status sent = conn_->Send(tx_);
   if (tx_.capacity() > kKeepTxBytes) tx_ = {};
   KVTIER_RETURN_IF_ERROR(sent);
@@ -247,6 +249,7 @@ Result<std::vector<protocol::LookupReply>> Client::LookupMany(
     sent_chain.push_back(i);
   }
   if (sent_chain.empty()) return replies;
+  KVTIER_RETURN_IF_ERROR(FlushTouches());
   KVTIER_RETURN_IF_ERROR(ReadDeferredReplies());
   if (conn_->broken()) return conn_->BrokenError();
   size_t n = 0;
@@ -511,6 +514,13 @@ Status Client::TouchDeferred(std::span<const BlockKey> keys) {
   return Status::Ok();
 }
 
+Status Client::FlushTouches() {
+  if (touches_.empty()) return Status::Ok();
+  Status s = TouchDeferred(touches_);
+  touches_.clear();
+  return s;
+}
+
 Status Client::ReadDeferredReplies() {
   for (const auto& [op, id] : std::exchange(deferred_, {})) {
     KVTIER_ASSIGN_OR_RETURN(const internal::Frame* frame, conn_->Receive());
@@ -549,7 +559,11 @@ Result<size_t> Client::Read(std::span<const BlockKey> keys, std::span<std::byte*
     }
   }
   direct_reads_ += direct;
-  if (direct > 0) KVTIER_RETURN_IF_ERROR(TouchDeferred(keys.first(direct)));
+  if (direct > 0) {
+    if (touches_.size() + direct > session_.max_keys) KVTIER_RETURN_IF_ERROR(FlushTouches());
+    touches_.insert(touches_.end(), keys.begin(), keys.begin() + static_cast<ptrdiff_t>(direct));
+    if (touches_.size() >= kTouchBatch) KVTIER_RETURN_IF_ERROR(FlushTouches());
+  }
   if (direct == keys.size()) return direct;
   KVTIER_ASSIGN_OR_RETURN(ReadLease lease, Acquire(keys.subspan(direct)));
   if (located_.size() + lease.size() > kMaxLocated) located_.clear();

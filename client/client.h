@@ -229,8 +229,9 @@ class Client {
   // read with Read before is copied without asking kvtierd while it is still
   // in the slot it was in then (a direct read: its slot's generation, read
   // before and after the copy, unchanged; common/slot_generations.h), and
-  // kvtierd hears of it afterwards (a TOUCH whose reply is read with the next
-  // request), so that it stays as recent as a block read through a lease.
+  // kvtierd hears of it afterwards, so that it stays as recent as a block
+  // read through a lease: one TOUCH for every 64 blocks read so, or before
+  // the client's next request, whichever comes first.
   // The rest go through one ACQUIRE, their slots remembered. dst[i] for
   // i >= the count returned may have been written. REQUIRES: dst.size() >=
   // keys.size() (InvalidArgument otherwise). FailedPrecondition when the
@@ -323,6 +324,8 @@ class Client {
   Status ReadDeferredReplies();
   // Sends a TOUCH of `keys` whose reply is read with the next request's.
   Status TouchDeferred(std::span<const BlockKey> keys);
+  // Sends the TOUCH of the direct reads not yet told (touches_), if any.
+  Status FlushTouches();
   // Where Read found a block: its offset in the host arena and its slot's
   // generation while it was leased.
   struct Located {
@@ -343,6 +346,10 @@ class Client {
   // Requests whose replies are unread (RELEASE, TOUCH), oldest first.
   std::vector<std::pair<protocol::Opcode, uint64_t>> deferred_;
   static constexpr size_t kMaxDeferred = 32;
+  // Keys read directly that kvtierd has not heard of yet: told in one TOUCH
+  // once there are kTouchBatch, or before the next request.
+  std::vector<BlockKey> touches_;
+  static constexpr size_t kTouchBatch = 64;
   // The host arena's slot generations (nullptr: a daemon without them) and
   // the blocks Read has seen, at most kMaxLocated (then forgotten at once).
   const std::atomic<uint64_t>* host_generations_ = nullptr;

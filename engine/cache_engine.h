@@ -317,9 +317,10 @@ class CacheEngine {
   // Changes no recency.
   Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys);
 
-  // The leading run of `keys` present, which a worker read without a lease
-  // (a direct read, common/slot_generations.h): made recent and counted as
-  // served, as Acquire would, with nothing pinned or moved. Its length.
+  // The blocks of `keys` present (each, not only a leading run), which a
+  // worker read without a lease (direct reads, common/slot_generations.h):
+  // made recent, last key first, and counted as served, as Acquire would,
+  // with nothing pinned or moved. How many.
   Result<size_t> Touch(NamespaceId ns, std::span<const BlockKey> keys);
 
   // Like Lookup, and where the local run ends short of the chain, asks the

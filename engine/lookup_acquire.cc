@@ -159,7 +159,13 @@ void CacheEngine::Served(NamespaceId ns, std::span<const EntryId> run) {
 Result<size_t> CacheEngine::Touch(NamespaceId ns, std::span<const BlockKey> keys) {
   KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
   ExpireHints();
-  const std::vector<EntryId> run = LeadingRun(ns, keys);
+  // Every key present, not only a leading run: a worker's TOUCH carries the
+  // blocks of several direct reads at once (each read's chain in order).
+  std::vector<EntryId> run;
+  for (const BlockKey& key : keys) {
+    const EntryId id = index_.Find(ns, key);
+    if (id != kNoEntry && index_.visible(id)) run.push_back(id);
+  }
   HintsUsed(run);
   Served(ns, run);
   stats_.acquired_blocks += run.size();

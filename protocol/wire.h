@@ -54,9 +54,10 @@ enum class Opcode : uint16_t {
   kStats = 11,
   kSetRetention = 12,
   kHint = 13,
-  // The leading present run of the keys, read by the worker straight from
-  // the arena (direct reads): counted as served and made recent, as an
-  // ACQUIRE would, with nothing pinned. Replied with the run's length.
+  // Keys whose blocks the worker read straight from the arena (direct
+  // reads), those of several reads at once: each present one counted as
+  // served and made recent, as an ACQUIRE would, nothing pinned. Replied
+  // with how many.
   kTouch = 14,
 };
 std::string_view OpcodeName(Opcode op);  // "HELLO", "LOOKUP", ...

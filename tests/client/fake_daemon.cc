@@ -329,10 +329,12 @@ Status Answer(FakeDaemon::State& s, const protocol::FrameHeader& h, const protoc
       }
       return Status::Ok();
     }
-    case Opcode::kTouch:
-      protocol::EncodeCountReply(h.opcode, id,
-                                 {s.Leading(std::get<protocol::KeysRequest>(req).keys)}, out);
+    case Opcode::kTouch: {
+      uint64_t n = 0;
+      for (const auto& k : std::get<protocol::KeysRequest>(req).keys) n += s.committed.count(k);
+      protocol::EncodeCountReply(h.opcode, id, {n}, out);
       return Status::Ok();
+    }
     case Opcode::kRemove: {
       uint64_t n = 0;
       for (const auto& k : std::get<protocol::KeysRequest>(req).keys) {
