@@ -396,8 +396,9 @@ def section_data(build: Path, mode: Mode, place: Placement) -> Section:
         f"{med([x['memcpy_us'] for x in runs[1]]):.1f} µs: the most a read of one block per "
         f"round trip can reach is "
         f"{med([x['memcpy_us'] / (x['memcpy_us'] + x['round_trip_us']) for x in runs[1]]):.2f}× "
-        f"memcpy. Direct reads found their block in place "
-        f"{min(x['direct_share'] for r in runs.values() for x in r) * 100:.0f} % of the time or more.")
+        f"memcpy. Direct reads found their block still in its slot in "
+        f"{min(x['direct_share'] for r in runs.values() for x in r) * 100:.0f} % of reads "
+        f"(the least of any run).")
     return Section("data", text, summary)
 
 
