@@ -307,18 +307,6 @@ std::optional<HugePages> ParseHugePages(std::string_view name) {
   return std::nullopt;
 }
 
-const char* HugePagesName(HugePages mode) {
-  switch (mode) {
-    case HugePages::kAuto:
-      return "auto";
-    case HugePages::kOn:
-      return "on";
-    case HugePages::kOff:
-      return "off";
-  }
-  return "?";
-}
-
 Result<std::unique_ptr<Tier>> NewHostTier(const ArenaTierOptions& options) {
   return NewArenaTier(TierKind::kHost, options);
 }

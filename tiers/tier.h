@@ -171,9 +171,8 @@ enum class HugePages {
   kOff,   // 4 KiB pages
 };
 inline constexpr uint64_t kHugePageBytes = 2 * kMiB;
-// "auto", "on", "off" and back; nothing for another name.
+// "auto", "on", "off"; nothing for another name.
 std::optional<HugePages> ParseHugePages(std::string_view name);
-const char* HugePagesName(HugePages mode);
 
 struct ArenaTierOptions {
   // Bytes of block slots the tier holds; rounded up to kSlotPageBytes
