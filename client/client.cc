@@ -495,8 +495,12 @@ Status Client::ReleaseDeferred(uint64_t lease_id) {
   const uint64_t id = NextId();
   std::vector<std::byte> frame;
   protocol::EncodeHandle(Opcode::kRelease, id, lease_id, &frame);
+  return SendDeferred(Opcode::kRelease, id, frame);
+}
+
+Status Client::SendDeferred(Opcode op, uint64_t id, const std::vector<std::byte>& frame) {
   KVTIER_RETURN_IF_ERROR(conn_->Send(frame));
-  deferred_.emplace_back(Opcode::kRelease, id);
+  deferred_.emplace_back(op, id);
   return Status::Ok();
 }
 
@@ -509,9 +513,7 @@ Status Client::TouchDeferred(std::span<const BlockKey> keys) {
   const uint64_t id = NextId();
   std::vector<std::byte> frame;
   protocol::EncodeKeys(Opcode::kTouch, id, keys, &frame);
-  KVTIER_RETURN_IF_ERROR(conn_->Send(frame));
-  deferred_.emplace_back(Opcode::kTouch, id);
-  return Status::Ok();
+  return SendDeferred(Opcode::kTouch, id, frame);
 }
 
 Status Client::FlushTouches() {

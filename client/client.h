@@ -322,6 +322,9 @@ class Client {
   // Reads the replies of deferred RELEASEs and TOUCHes, which precede any
   // later reply.
   Status ReadDeferredReplies();
+  // Sends `frame`, request `id` of `op`, without waiting: its reply is read
+  // with a later request's (ReadDeferredReplies).
+  Status SendDeferred(protocol::Opcode op, uint64_t id, const std::vector<std::byte>& frame);
   // Sends a TOUCH of `keys` whose reply is read with the next request's.
   Status TouchDeferred(std::span<const BlockKey> keys);
   // Sends the TOUCH of the direct reads not yet told (touches_), if any.

@@ -169,17 +169,29 @@ int kvtier_put(kvtier_client* client, const kvtier_key* keys, size_t n, const vo
   });
 }
 
+namespace {
+
+// The arguments of a read of n blocks into `out` (cap bytes): KVTIER_OK, or
+// the error recorded on the client.
+int CheckOut(kvtier_client* client, const kvtier_key* keys, size_t n, const void* out, size_t cap,
+             const size_t* hits) {
+  if (client == nullptr || (keys == nullptr && n > 0) || hits == nullptr ||
+      (out == nullptr && cap > 0)) {
+    return NullArgument(client, "argument");
+  }
+  if (cap / client->impl->block_bytes() < n) {
+    return Fail(client, kvtier::InvalidArgumentError("out holds " + std::to_string(cap) +
+                                                     " bytes, fewer than n blocks"));
+  }
+  return KVTIER_OK;
+}
+
+}  // namespace
+
 int kvtier_get(kvtier_client* client, const kvtier_key* keys, size_t n, void* out, size_t cap,
                size_t* hits) {
   return Guard(client, [&] {
-    if (client == nullptr || (keys == nullptr && n > 0) || hits == nullptr ||
-        (out == nullptr && cap > 0)) {
-      return NullArgument(client, "argument");
-    }
-    if (cap / client->impl->block_bytes() < n) {
-      return Fail(client, kvtier::InvalidArgumentError("out holds " + std::to_string(cap) +
-                                                       " bytes, fewer than n blocks"));
-    }
+    if (int bad = CheckOut(client, keys, n, out, cap, hits); bad != KVTIER_OK) return bad;
     auto reply = client->impl->GetInline(ToKeys(keys, n));
     if (!reply.ok()) return Fail(client, reply.status());
     if (!reply->data.empty()) std::memcpy(out, reply->data.data(), reply->data.size());
@@ -191,15 +203,8 @@ int kvtier_get(kvtier_client* client, const kvtier_key* keys, size_t n, void* ou
 int kvtier_copy(kvtier_client* client, const kvtier_key* keys, size_t n, void* out, size_t cap,
                 size_t* hits) {
   return Guard(client, [&] {
-    if (client == nullptr || (keys == nullptr && n > 0) || hits == nullptr ||
-        (out == nullptr && cap > 0)) {
-      return NullArgument(client, "argument");
-    }
+    if (int bad = CheckOut(client, keys, n, out, cap, hits); bad != KVTIER_OK) return bad;
     const uint64_t bb = client->impl->block_bytes();
-    if (cap / bb < n) {
-      return Fail(client, kvtier::InvalidArgumentError("out holds " + std::to_string(cap) +
-                                                       " bytes, fewer than n blocks"));
-    }
     std::vector<std::byte*> dst(n);
     for (size_t i = 0; i < n; ++i) dst[i] = static_cast<std::byte*>(out) + i * bb;
     auto copied = client->impl->Read(ToKeys(keys, n), dst);
