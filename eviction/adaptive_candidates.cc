@@ -12,7 +12,8 @@ Result<AdaptiveCandidates> MakeAdaptiveCandidates(std::span<const std::string> n
                                                   const Clock& clock) {
   if (names.empty()) return InvalidArgumentError("adaptive: no candidates");
   AdaptiveCandidates out;
-  std::unordered_map<std::string, AdmissionFilter*> by_name;
+  // A filter's name: its two instances (the miniature caches', the tier's).
+  std::unordered_map<std::string, std::pair<AdmissionFilter*, AdmissionFilter*>> by_name;
   for (const std::string& c : names) {
     const size_t slash = c.find('/');
     const std::string policy = c.substr(0, slash);
@@ -20,6 +21,7 @@ Result<AdaptiveCandidates> MakeAdaptiveCandidates(std::span<const std::string> n
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> p, NewPolicy(policy, clock));
     out.policies.push_back(std::move(p));
     AdmissionFilter* filter = nullptr;
+    AdmissionFilter* tier_filter = nullptr;
     if (slash != std::string::npos) {
       if (std::find(names.begin(), names.end(), policy) == names.end()) {
         return InvalidArgumentError("adaptive: candidate '" + c + "' needs '" + policy +
@@ -27,7 +29,7 @@ Result<AdaptiveCandidates> MakeAdaptiveCandidates(std::span<const std::string> n
                                     "filter");
       }
       const std::string name = c.substr(slash + 1);
-      auto [it, added] = by_name.emplace(name, nullptr);
+      auto [it, added] = by_name.emplace(name, std::pair{nullptr, nullptr});
       if (added) {
         Result<std::unique_ptr<AdmissionFilter>> made = NewAdmissionFilter(name);
         if (!made) {
@@ -38,12 +40,17 @@ Result<AdaptiveCandidates> MakeAdaptiveCandidates(std::span<const std::string> n
           return InvalidArgumentError("adaptive: candidate '" + c +
                                       "': 'off' is no filter: name the policy alone");
         }
-        it->second = made->get();
+        Result<std::unique_ptr<AdmissionFilter>> twin = NewAdmissionFilter(name);
+        if (!twin) return twin.status();
+        it->second = {made->get(), twin->get()};
         out.owned.push_back(std::move(made).value());
+        out.tier_owned.push_back(std::move(twin).value());
       }
-      filter = it->second;
+      filter = it->second.first;
+      tier_filter = it->second.second;
     }
     out.filters.push_back(filter);
+    out.tier_filters.push_back(tier_filter);
   }
   if (out.filters.front() != nullptr) {
     return InvalidArgumentError(

@@ -93,9 +93,13 @@
 // admission filter asked before each eviction its miniature cache makes for
 // a new block. It is not followed as a policy: while the tier follows its
 // policy, the tier also filters from when the variant leads by `margin`
-// until its lead is gone (ChooseFilter; the engine asks admission()). The
-// filters count every key looked up, since the tier asks about keys the
-// miniature caches do not sample.
+// until its lead is gone (ChooseFilter; the engine asks admission()). Each
+// filter is made twice: the miniature caches' counts the sampled keys (as
+// often as a filter of every key counts them, in a sketch a stride's
+// share of the size, aged as often in references), and the tier's, which
+// the tier asks of any key, counts every key looked up, but only while a
+// variant trails its policy by less than kCountingMargins margins or the
+// tier filters.
 //
 // Hierarchies. Each tier's miniature caches simulate that tier alone; where
 // a chain spans tiers (a tier above or below) leaf-first candidates and
@@ -133,6 +137,14 @@ namespace {
 
 using internal::MiniCache;
 
+// How far (in margins) the best filtered variant may trail the followed
+// candidate with the tier's filters still counting every key (ChooseFilter).
+// Measured over 8-16 sampling hashes at the sweep's capacities: counting
+// only from a lead of 0 lost 0.5 point at 20 % of the Mooncake trace
+// (against 0.1 from 3 margins), where the tier then filtered with too short
+// a memory.
+constexpr double kCountingMargins = 3;
+
 // The block StartScoring's probe adds (another, if a sampled key has it).
 constexpr uint64_t kProbeFingerprint = 0x6b76'7469'6572'7072ULL;
 
@@ -147,6 +159,8 @@ class AdaptivePolicy final : public EvictionPolicy {
         stamp_limit_(stamp_limit),
         priority_{std::move(priority), std::move(leaf_priority)},
         filters_(std::move(candidates.owned)),
+        tier_filters_(std::move(candidates.tier_owned)),
+        tier_filter_of_(std::move(candidates.tier_filters)),
         index_(candidates.policies.size()),
         stride_(1) {
     for (size_t i = 0; i < candidates.policies.size(); ++i) {
@@ -217,7 +231,8 @@ class AdaptivePolicy final : public EvictionPolicy {
       // filtered candidate's hit rate from 6 % to 0.2 %.
       if (high_water_ > filters_sized_ && !filters_.empty()) {
         filters_sized_ = 2 * high_water_;
-        for (const auto& f : filters_) f->SetCapacity(filters_sized_);
+        for (const auto& f : tier_filters_) f->SetCapacity(filters_sized_);
+        for (const auto& f : filters_) f->SetCapacity(filters_sized_, stride_);
       }
     }
   }
@@ -296,12 +311,16 @@ class AdaptivePolicy final : public EvictionPolicy {
   bool wants_references() const override { return true; }
 
   void Referenced(std::span<const uint64_t> chain) override {
-    // The filters count every key (the tier's blocks are not sampled when
-    // one is followed), before the miniature caches ask them.
-    for (const auto& f : filters_) f->Referenced(chain);
+    // The tier's filters count every key (the tier asks of any block), but
+    // only while the tier may filter soon (counting_); the miniature
+    // caches' count the sampled keys, before the caches ask them.
+    if (counting_) [[unlikely]] {
+      for (const auto& f : tier_filters_) f->Referenced(chain);
+    }
     sampler_.Sample(
         chain, stride_, [this](uint64_t fp) { return Sampled(fp); }, &sampled_);
     if (sampled_.empty()) return;
+    for (const auto& f : filters_) f->Referenced(sampled_);
     last_chain_.assign(sampled_.begin(), sampled_.end());
     LookUpRows(sampled_);
     const size_t capacity = MiniCapacity();
@@ -320,7 +339,7 @@ class AdaptivePolicy final : public EvictionPolicy {
 
   bool filters_admission() const override { return !filters_.empty(); }
   AdmissionFilter* admission() override {
-    return filtering_ != kNoCandidate ? minis_[filtering_].admission() : nullptr;
+    return filtering_ != kNoCandidate ? tier_filter_of_[filtering_] : nullptr;
   }
 
   std::optional<AdaptiveReport> adaptive_report() const override {
@@ -604,6 +623,9 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
     refs_ *= kept;
     all_refs_ *= kept;
+    if (filters_sized_ > 0) {
+      for (const auto& f : filters_) f->SetCapacity(filters_sized_, stride_);
+    }
     sampled_in_tier_ = 0;
     for (BlockId id = 0; id < blocks_.size(); ++id) {
       Slot& b = blocks_[id];
@@ -663,6 +685,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     // demotions, which its miniature caches (filled by requests) do not
     // model, and the engine asks no policy's filter of a demotion (the ssd's
     // own filter is ssd.admission).
+    counting_ = false;
     if (victims_demoted_ || below_) return;
     size_t best = kNoCandidate;
     for (size_t v : variants_[followed_index_]) {
@@ -674,6 +697,16 @@ class AdaptivePolicy final : public EvictionPolicy {
     } else if (minis_[filtering_].lead < 0) {
       filtering_ = minis_[best].lead > options_.margin * refs_ ? best : kNoCandidate;
     }
+    // The tier's filters count every key looked up while the best variant
+    // trails the followed candidate by less than kCountingMargins margins
+    // (so that one that goes on to lead by a margin filters with what was
+    // looked up meanwhile), and while the tier filters. Counting every key
+    // costs a random word of a sketch of 16 bytes a tier block, a cache
+    // miss a key in a tier larger than the caches: always counting was a
+    // sixth of adaptive's cost over LRU's in replay (Mooncake x16, 43,924
+    // blocks), where the variants trail by far.
+    counting_ = filtering_ != kNoCandidate ||
+                minis_[best].lead > -kCountingMargins * options_.margin * refs_;
   }
 
   // Makes candidate `i` the followed one, its leads restarting against it
@@ -771,16 +804,21 @@ class AdaptivePolicy final : public EvictionPolicy {
   uint64_t switches_ = 0;
 
   std::vector<std::vector<size_t>> variants_;
-  std::vector<std::unique_ptr<AdmissionFilter>> filters_;  // the candidates' (one a name)
-  uint64_t filters_sized_ = 0;                             // the capacity last told them
-  internal::SampleIndex index_;       // the sampled keys every miniature cache holds
-  std::vector<MiniCache> minis_;      // each its column of index_
-  internal::ChainSampler sampler_;    // the sampled keys of the chains Referenced
-  std::vector<uint64_t> sampled_;     // Referenced's scratch
-  std::vector<uint32_t> rows_;        // ... and the sampled keys' rows in index_
-  std::vector<uint64_t> last_chain_;  // the last request's sampled keys
-  std::vector<size_t> kept_;          // StartScoring's scratch
-  std::vector<uint64_t> probe_;       // ... and its probing request
+  // The candidates' filters (one a name), twice: the miniature caches',
+  // given the sampled keys, and the tier's, given every key while counting_.
+  std::vector<std::unique_ptr<AdmissionFilter>> filters_;
+  std::vector<std::unique_ptr<AdmissionFilter>> tier_filters_;
+  std::vector<AdmissionFilter*> tier_filter_of_;  // candidate i's tier filter, or null
+  uint64_t filters_sized_ = 0;                    // the capacity last told them
+  bool counting_ = false;                         // the tier's filters count (ChooseFilter)
+  internal::SampleIndex index_;                   // the sampled keys every miniature cache holds
+  std::vector<MiniCache> minis_;                  // each its column of index_
+  internal::ChainSampler sampler_;                // the sampled keys of the chains Referenced
+  std::vector<uint64_t> sampled_;                 // Referenced's scratch
+  std::vector<uint32_t> rows_;                    // ... and the sampled keys' rows in index_
+  std::vector<uint64_t> last_chain_;              // the last request's sampled keys
+  std::vector<size_t> kept_;                      // StartScoring's scratch
+  std::vector<uint64_t> probe_;                   // ... and its probing request
   uint64_t stride_;
   uint64_t high_water_ = 0;
   size_t sampled_in_tier_ = 0;  // the tier's blocks whose fingerprint is sampled

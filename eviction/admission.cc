@@ -17,7 +17,7 @@ class SketchFilter : public AdmissionFilter {
  public:
   void Referenced(std::span<const uint64_t> chain) override { sketch_.IncrementAll(chain); }
 
-  void SetCapacity(size_t blocks) override { sketch_.Grow(blocks); }
+  void SetCapacity(size_t blocks, size_t one_in) override { sketch_.Grow(blocks, one_in); }
 
  protected:
   internal::FrequencySketch sketch_;

@@ -34,8 +34,11 @@ class AdmissionFilter {
   virtual void Referenced(std::span<const uint64_t> chain) = 0;
 
   // The tier has held up to `blocks` blocks: what the filter remembers is
-  // sized to it (called as that number grows).
-  virtual void SetCapacity(size_t blocks) = 0;
+  // sized to it (called as that number grows). `one_in`: Referenced is
+  // given only one key in that many, a sample by a hash of the key (an
+  // adaptive policy's miniature caches): the filter remembers as long, in
+  // references, as one given every key, in that many times less room.
+  virtual void SetCapacity(size_t blocks, size_t one_in = 1) = 0;
 
   // Whether `candidate`, not in the full tier, may take the room of
   // `victim`, the block the tier's policy would evict for it.

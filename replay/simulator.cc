@@ -56,7 +56,7 @@ class OracleAdmission final : public eviction::AdmissionFilter {
     for (size_t j = 0; j < chain.size() && j < next_.size(); ++j) due_[chain[j]] = next_[j];
   }
 
-  void SetCapacity(size_t /*blocks*/) override {}
+  void SetCapacity(size_t /*blocks*/, size_t /*one_in*/) override {}
 
   bool Admit(uint64_t candidate, uint64_t /*victim*/) override {
     const auto it = due_.find(candidate);

@@ -1,7 +1,7 @@
 // The adaptive policy's candidates made from their names
 // (AdaptiveOptions::candidates): each one's policy object, and its
 // admission filter for a name "policy/filter" (lru/seen), the filters made
-// once a name however many candidates share them.
+// once a name (twice: below) however many candidates share them.
 //
 // Thread-safety: none; the result is the policy's to own.
 #pragma once
@@ -18,10 +18,14 @@
 
 namespace kvtier::eviction::internal {
 
+// Each filter is made twice: the miniature caches' (given the sampled keys)
+// and the tier's (given every key, while the tier may filter).
 struct AdaptiveCandidates {
   std::vector<std::unique_ptr<EvictionPolicy>> policies;  // candidate i's
-  std::vector<AdmissionFilter*> filters;                  // candidate i's, or null
-  std::vector<std::unique_ptr<AdmissionFilter>> owned;    // the filters, one a name
+  std::vector<AdmissionFilter*> filters;                // candidate i's miniature cache's, or null
+  std::vector<AdmissionFilter*> tier_filters;           // the same filter, the tier's, or null
+  std::vector<std::unique_ptr<AdmissionFilter>> owned;  // the miniature caches', one a name
+  std::vector<std::unique_ptr<AdmissionFilter>> tier_owned;  // the tier's, one a name
 };
 
 // InvalidArgument, saying why, for: no candidates, "adaptive" among them,

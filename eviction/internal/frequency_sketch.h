@@ -36,15 +36,23 @@ class FrequencySketch {
 
   // Makes room for about `keys` keys, keeping every estimate: a key's word
   // in a table twice as large is its old word's index or that plus the old
-  // size, and both start as copies of the old word.
-  void Grow(size_t keys) {
-    while (table_.size() < keys) {
+  // size, and both start as copies of the old word. `one_in`: only one key
+  // in that many (a sample, by a hash of its own) is ever counted, so the
+  // table holds that many times fewer words (at least 64) and ages that many
+  // times fewer increments apart: it forgets after as many references, and
+  // its counters are as crowded, as those of a sketch for every key.
+  void Grow(size_t keys, size_t one_in = 1) {
+    size_t full = 64;
+    while (full < keys) full *= 2;
+    const size_t words = std::max<size_t>(64, full / std::max<size_t>(1, one_in));
+    while (table_.size() < words) {
       const size_t old = table_.size();
       table_.resize(2 * old);
       std::copy(table_.begin(), table_.begin() + static_cast<std::ptrdiff_t>(old),
                 table_.begin() + static_cast<std::ptrdiff_t>(old));
     }
-    sample_ = 10 * static_cast<uint64_t>(table_.size());
+    sample_ = one_in <= 1 ? 10 * static_cast<uint64_t>(table_.size())
+                          : std::max<uint64_t>(1, 10 * static_cast<uint64_t>(full) / one_in);
   }
 
   size_t words() const { return table_.size(); }

@@ -31,7 +31,7 @@ class MiniCache {
   // `index` (shared by every candidate, column `column` this one's) must
   // outlive it, as must `admission` (null: every block admitted), whose
   // Admit decides whether a new block may take a victim's room (the
-  // filter's evidence is the owner's to feed: every key looked up).
+  // filter's evidence is the owner's to feed: every sampled key looked up).
   MiniCache(std::string name, std::unique_ptr<EvictionPolicy> policy, AdmissionFilter* admission,
             internal::SampleIndex* index, size_t column)
       : name_(std::move(name)),

@@ -58,6 +58,33 @@ TEST(FrequencySketchTest, GrowingKeepsEveryEstimate) {
   for (uint64_t k = 0; k < 400; ++k) EXPECT_EQ(s.Frequency(Mix64(k)), before[k]) << k;
 }
 
+// A sketch given one key in 16 (an adaptive policy's miniature caches):
+// a sixteenth of the words, aged after a sixteenth of the increments, so
+// that it remembers as many references back as a sketch of every key.
+TEST(FrequencySketchTest, ASampledSketchIsSmallerAndAgesSooner) {
+  FrequencySketch full(64);
+  FrequencySketch sampled(64);
+  full.Grow(4096);
+  sampled.Grow(4096, 16);
+  EXPECT_EQ(full.words(), 4096u);
+  EXPECT_EQ(sampled.words(), 256u);
+  for (FrequencySketch* s : {&full, &sampled}) {
+    for (int i = 0; i < 8; ++i) s->Increment(7);
+  }
+  // 10 x 4,096 / 16 increments of other keys: the sampled sketch has aged
+  // (halved), the full one has not.
+  for (uint64_t k = 1; k <= 2560; ++k) {
+    full.Increment(Mix64(k));
+    sampled.Increment(Mix64(k));
+  }
+  EXPECT_GE(full.Frequency(7), 8u);
+  EXPECT_LT(sampled.Frequency(7), 8u);
+  // Never fewer than 64 words.
+  FrequencySketch tiny(64);
+  tiny.Grow(100, 64);
+  EXPECT_EQ(tiny.words(), 64u);
+}
+
 TEST(AdmissionFilterTest, NamesAndErrors) {
   auto off = NewAdmissionFilter("off");
   ASSERT_TRUE(off.ok());
