@@ -643,6 +643,15 @@ def splice(text: str, name: str, body: str) -> str:
     return text[:i + len(begin)] + "\n" + body.strip() + "\n" + text[j:]
 
 
+def between(text: str, name: str) -> str:
+    """What lies between the markers of `name` (splice's)."""
+    begin, end = f"<!-- report:{name} -->", f"<!-- /report:{name} -->"
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        raise RuntimeError(f"no {begin} … {end} markers")
+    return text[i + len(begin):j].strip()
+
+
 def header(info: dict[str, str], mode: Mode, place: Placement, before: Load, after: Load) -> str:
     return (f"Report of {info['date']}, `bench/report.sh --{mode.name}`, commit {info['commit']}, on "
             f"{info['cpu']}, {info['memory']}, Linux {info['kernel']}. Before the run: "
@@ -688,19 +697,48 @@ def main() -> int:
     after = measure_load()
     text = a.out.read_text() if a.out.exists() else "".join(
         f"<!-- report:{n} -->\n<!-- /report:{n} -->\n\n" for n in ["header", *SECTIONS])
-    text = splice(text, "header", header(info, mode, place, before, after))
+    # A run of some sections (--only) leaves the header, the other sections
+    # and the other summary rows as the last run wrote them, and stamps what
+    # it wrote with its own date, commit and load.
+    partial = set(names) != set(SECTIONS)
+    stamp = (f"{info['date']}, `bench/report.sh --{mode.name} --only {','.join(done)}` at "
+             f"{info['commit']}")
+    if not partial:
+        text = splice(text, "header", header(info, mode, place, before, after))
     for n, s in done.items():
-        text = splice(text, n, s.table)
+        table = s.table
+        if partial:
+            table = (f"_This section: {stamp}; {place.note}; before the run {before.text()}, "
+                     f"after {after.text()}._\n\n{table}")
+        text = splice(text, n, table)
     a.out.write_text(text)
     log(f"wrote {a.out}")
     if readme is not None and done:
-        rows = ["| figure | result | goal |", "|---|---:|---|"]
-        for s in done.values():
-            rows += [f"| {w} | {r} | {g} |" for w, r, g in s.summary]
         rt = readme.read_text()
-        rt = splice(rt, "summary", "\n".join(rows) + f"\n\n({info['date']}, `bench/report.sh --{mode.name}` "
-                    f"at {info['commit']}; {place.note}; {before.text()}. The tables: "
-                    "docs/performance.md.)")
+        new_rows = [(w, f"| {w} | {r} | {g} |") for s in done.values() for w, r, g in s.summary]
+        if partial:
+            body = between(rt, "summary")
+            table_lines = [ln for ln in body.splitlines() if ln.startswith("|")]
+            note = body[body.rfind("\n\n") + 2:].strip() if "\n\n" in body else ""
+            fresh = dict(new_rows)
+            rows = []
+            for ln in table_lines:
+                what = ln[2:].split(" | ")[0]
+                rows.append(fresh.pop(what, ln))
+            rows += list(fresh.values())
+            # (An earlier stamp of the same sections is replaced, not kept.)
+            note = re.sub(r" The rows of " + re.escape(", ".join(done)) + r": .*?(?= The rows of |\)$)",
+                          "", note)
+            if note.endswith(")"):
+                note = note[:-1] + f" The rows of {', '.join(done)}: {stamp}.)"
+            else:
+                note = f"(The rows of {', '.join(done)}: {stamp}.)"
+            rt = splice(rt, "summary", "\n".join(rows) + "\n\n" + note)
+        else:
+            rows = ["| figure | result | goal |", "|---|---:|---|"] + [row for _, row in new_rows]
+            rt = splice(rt, "summary", "\n".join(rows) + f"\n\n({info['date']}, `bench/report.sh "
+                        f"--{mode.name}` at {info['commit']}; {place.note}; {before.text()}. "
+                        "The tables: docs/performance.md.)")
         readme.write_text(rt)
         log(f"wrote {readme}")
     if failed:
