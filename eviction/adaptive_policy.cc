@@ -115,27 +115,21 @@
 #include <array>
 #include <bit>
 #include <cassert>
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "common/hash.h"
 #include "common/page_allocator.h"
 #include "eviction/eviction_policy.h"
 #include "eviction/internal/adaptive.h"
 #include "eviction/internal/adaptive_candidates.h"
-#include "eviction/internal/chain_sampler.h"
-#include "eviction/internal/mini_cache.h"
-#include "eviction/internal/sample_index.h"
+#include "eviction/internal/mini_caches.h"
 #include "eviction/internal/stamp_sort.h"
 
 namespace kvtier::eviction {
 namespace {
-
-using internal::MiniCache;
 
 // How far (in margins) the best filtered variant may trail the followed
 // candidate with the tier's filters still counting every key (ChooseFilter).
@@ -144,9 +138,6 @@ using internal::MiniCache;
 // (against 0.1 from 3 margins), where the tier then filtered with too short
 // a memory.
 constexpr double kCountingMargins = 3;
-
-// The block StartScoring's probe adds (another, if a sampled key has it).
-constexpr uint64_t kProbeFingerprint = 0x6b76'7469'6572'7072ULL;
 
 class AdaptivePolicy final : public EvictionPolicy {
  public:
@@ -158,15 +149,10 @@ class AdaptivePolicy final : public EvictionPolicy {
         options_(std::move(options)),
         stamp_limit_(stamp_limit),
         priority_{std::move(priority), std::move(leaf_priority)},
-        filters_(std::move(candidates.owned)),
         tier_filters_(std::move(candidates.tier_owned)),
         tier_filter_of_(std::move(candidates.tier_filters)),
-        index_(candidates.policies.size()),
-        stride_(1) {
-    for (size_t i = 0; i < candidates.policies.size(); ++i) {
-      minis_.emplace_back(options_.candidates[i], std::move(candidates.policies[i]),
-                          candidates.filters[i], &index_, i);
-    }
+        minis_(options_.candidates, std::move(candidates.policies), candidates.filters,
+               std::move(candidates.owned)) {
     variants_.resize(minis_.size());
     for (size_t i = 0; i < minis_.size(); ++i) {
       if (minis_[i].admission() == nullptr) continue;
@@ -195,7 +181,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     assert(blocks_[id].where == Where::kNone);
     const uint64_t fp = meta.fingerprint;
     fingerprints_[id] = fp;
-    const uint8_t sampled = Sampled(fp) ? kSampled : 0;
+    const uint8_t sampled = minis_.Sampled(fp) ? kSampled : 0;
     sampled_in_tier_ += sampled != 0;
     ++size_;
     blocks_[id] = Slot{++clock_stamp_, kDefaultPriority, 0,
@@ -210,7 +196,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
     Slot& s = blocks_[id];
     assert(s.where == Where::kNone);
-    const bool sampled = Sampled(meta.fingerprint);
+    const bool sampled = minis_.Sampled(meta.fingerprint);
     fingerprints_[id] = meta.fingerprint;
     s.stamp = NextStamp();
     s.touches = 0;
@@ -229,10 +215,10 @@ class AdaptivePolicy final : public EvictionPolicy {
       // candidate's filter is the one the tier would run: a sketch half as
       // large ages twice as often, and on agent sessions that alone took a
       // filtered candidate's hit rate from 6 % to 0.2 %.
-      if (high_water_ > filters_sized_ && !filters_.empty()) {
+      if (high_water_ > filters_sized_ && minis_.has_filters()) {
         filters_sized_ = 2 * high_water_;
         for (const auto& f : tier_filters_) f->SetCapacity(filters_sized_);
-        for (const auto& f : filters_) f->SetCapacity(filters_sized_, stride_);
+        minis_.SizeFilters(filters_sized_);
       }
     }
   }
@@ -317,27 +303,14 @@ class AdaptivePolicy final : public EvictionPolicy {
     if (counting_) [[unlikely]] {
       for (const auto& f : tier_filters_) f->Referenced(chain);
     }
-    sampler_.Sample(
-        chain, stride_, [this](uint64_t fp) { return Sampled(fp); }, &sampled_);
-    if (sampled_.empty()) return;
-    for (const auto& f : filters_) f->Referenced(sampled_);
-    last_chain_.assign(sampled_.begin(), sampled_.end());
-    LookUpRows(sampled_);
-    const size_t capacity = MiniCapacity();
-    for (MiniCache& m : minis_) {
-      m.last = static_cast<double>(m.Request(sampled_, rows_, capacity));
-      m.hits += m.last;
-      m.all_hits += m.last;
-    }
-    const double followed = minis_[followed_index_].last;
-    for (MiniCache& m : minis_) m.lead += m.last - followed;
-    Decay(sampled_.size());
+    const size_t sampled = minis_.Request(chain, MiniCapacity(), followed_index_);
+    if (sampled > 0) Decay(sampled);
   }
 
   void SetVictimsDemoted(bool demoted) override { victims_demoted_ = demoted; }
   void SetBelowAnotherTier(bool below) override { below_ = below; }
 
-  bool filters_admission() const override { return !filters_.empty(); }
+  bool filters_admission() const override { return minis_.has_filters(); }
   AdmissionFilter* admission() override {
     return filtering_ != kNoCandidate ? tier_filter_of_[filtering_] : nullptr;
   }
@@ -347,16 +320,17 @@ class AdaptivePolicy final : public EvictionPolicy {
     for (size_t i = 0; i < minis_.size(); ++i) {
       CandidateReport c;
       c.name = std::string(minis_[i].name());
-      c.sampled_hit_rate = refs_ > 0 ? minis_[i].hits / refs_ : 0;
-      c.overall_sampled_hit_rate = all_refs_ > 0 ? minis_[i].all_hits / all_refs_ : 0;
+      c.sampled_hit_rate = minis_.refs() > 0 ? minis_[i].hits / minis_.refs() : 0;
+      c.overall_sampled_hit_rate =
+          minis_.all_refs() > 0 ? minis_[i].all_hits / minis_.all_refs() : 0;
       // (Filtering, the filtered variant is what the tier does: the policy
       // and the filter.)
       c.followed = i == (filtering_ != kNoCandidate ? filtering_ : followed_index_);
       r.candidates.push_back(std::move(c));
     }
     r.switches = switches_;
-    r.sampled_refs = sampled_refs_;
-    r.sample_stride = stride_;
+    r.sampled_refs = minis_.sampled_refs();
+    r.sample_stride = minis_.stride();
     r.sample_capacity = SampledCapacity();
     return r;
   }
@@ -521,23 +495,10 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
   }
 
-  // rows_: the rows of `chain`'s keys in the index, up to the first that no
-  // miniature cache holds (on agent traffic in a small tier, most of a long
-  // chain: looking up every key cost more than the caches' own work).
-  void LookUpRows(std::span<const uint64_t> chain) {
-    rows_.clear();
-    for (uint64_t fp : chain) {
-      rows_.push_back(index_.Find(fp));
-      if (rows_.back() == internal::SampleIndex::kNoRow) return;
-    }
-  }
-
-  bool Sampled(uint64_t fp) const { return (Mix64(fp) & (stride_ - 1)) == 0; }
-
   // The sampled keys a full tier holds: those it holds now, plus a stride's
   // share of the room left below its largest size.
   size_t SampledCapacity() const {
-    return std::max<size_t>(1, sampled_in_tier_ + (high_water_ - size_) / stride_);
+    return std::max<size_t>(1, sampled_in_tier_ + (high_water_ - size_) / minis_.stride());
   }
 
   // A miniature cache holds what the tier does: everything until the tier
@@ -561,40 +522,20 @@ class AdaptivePolicy final : public EvictionPolicy {
   // keeps it whole and the first one starts).
   [[gnu::noinline]] size_t StartScoring() {
     evicting_ = true;
-    for (MiniCache& m : minis_) m.hits = m.lead = 0;
-    refs_ = 0;
+    minis_.RestartScores();
     since_decision_ = 0;
     // Where victims go down to the next tier, dropping the block before the
     // one a write goes under loses nothing: no probe (leaf-first would
     // rather skip the rest of a chain longer than the tier than push its
     // head down).
     if (victims_demoted_) {
-      for (MiniCache& m : minis_) m.Trim(SampledCapacity());
+      minis_.Trim(SampledCapacity());
       return followed_index_;
     }
-    // The last request's chain as sampled now (the rate may have dropped
-    // since), then once more with one block added, as the next request of
-    // its session would be.
-    probe_.clear();
-    for (uint64_t fp : last_chain_) {
-      if (Sampled(fp)) probe_.push_back(fp);
-    }
-    const size_t chain = probe_.size();
-    uint64_t added = kProbeFingerprint;
-    while (index_.Find(added) != internal::SampleIndex::kNoRow) ++added;
-    probe_.push_back(added);
-    LookUpRows(probe_);
-    const size_t capacity = SampledCapacity();
-    kept_.clear();
-    for (MiniCache& m : minis_) {
-      m.Trim(capacity);
-      m.Request(probe_, rows_, capacity, /*filtered=*/false);
-      m.Forget(added);
-      kept_.push_back(m.Retained(std::span(probe_).first(chain)));
-    }
+    const std::vector<size_t>& kept = minis_.Probe(SampledCapacity());
     size_t best = followed_index_;
     for (size_t i = 0; i < minis_.size(); ++i) {
-      if (Eligible(i) && minis_[i].admission() == nullptr && kept_[i] > kept_[best]) best = i;
+      if (Eligible(i) && minis_[i].admission() == nullptr && kept[i] > kept[best]) best = i;
     }
     return best;
   }
@@ -612,25 +553,13 @@ class AdaptivePolicy final : public EvictionPolicy {
     const uint64_t want =
         std::max(std::min(options_.min_stride, floor_div(options_.min_sample_blocks)),
                  floor_div(options_.sample_blocks));
-    if (want <= stride_) return;
-    const double kept = static_cast<double>(stride_) / static_cast<double>(want);
-    stride_ = want;
-    for (MiniCache& m : minis_) {
-      m.Thin([this](uint64_t fp) { return Sampled(fp); });
-      m.hits *= kept;
-      m.all_hits *= kept;
-      m.lead *= kept;
-    }
-    refs_ *= kept;
-    all_refs_ *= kept;
-    if (filters_sized_ > 0) {
-      for (const auto& f : filters_) f->SetCapacity(filters_sized_, stride_);
-    }
+    if (want <= minis_.stride()) return;
+    minis_.Restride(want);
     sampled_in_tier_ = 0;
     for (BlockId id = 0; id < blocks_.size(); ++id) {
       Slot& b = blocks_[id];
       if (b.where == Where::kNone) continue;
-      const bool sampled = Sampled(fingerprints_[id]);
+      const bool sampled = minis_.Sampled(fingerprints_[id]);
       b.flags = static_cast<uint8_t>((b.flags & ~kSampled) | (sampled ? kSampled : 0));
       sampled_in_tier_ += sampled;
     }
@@ -639,16 +568,10 @@ class AdaptivePolicy final : public EvictionPolicy {
   // Ages every candidate's hits and the reference count by `n` references,
   // and now and then reconsiders which candidate to follow.
   void Decay(size_t n) {
-    sampled_refs_ += n;
-    all_refs_ += static_cast<double>(n);
-    const double half_life = std::clamp(
-        8.0 * static_cast<double>(std::max<size_t>(1, high_water_ / stride_)), 1024.0, 1048576.0);
-    const double keep = std::exp2(-static_cast<double>(n) / half_life);
-    refs_ = refs_ * keep + static_cast<double>(n);
-    for (MiniCache& m : minis_) {
-      m.hits *= keep;
-      m.lead *= keep;
-    }
+    const double half_life =
+        std::clamp(8.0 * static_cast<double>(std::max<size_t>(1, high_water_ / minis_.stride())),
+                   1024.0, 1048576.0);
+    minis_.Decay(n, half_life);
     if (!evicting_) return;  // nothing to choose yet: every candidate keeps everything
     since_decision_ += n;
     if (since_decision_ < static_cast<uint64_t>(half_life / 64)) return;
@@ -660,7 +583,7 @@ class AdaptivePolicy final : public EvictionPolicy {
         best = i;
       }
     }
-    if (best == followed_index_ || minis_[best].lead <= options_.margin * refs_) {
+    if (best == followed_index_ || minis_[best].lead <= options_.margin * minis_.refs()) {
       streak_ = 0;
       return;
     }
@@ -693,9 +616,9 @@ class AdaptivePolicy final : public EvictionPolicy {
     }
     if (best == kNoCandidate) return;
     if (filtering_ == kNoCandidate) {
-      if (minis_[best].lead > options_.margin * refs_) filtering_ = best;
+      if (minis_[best].lead > options_.margin * minis_.refs()) filtering_ = best;
     } else if (minis_[filtering_].lead < 0) {
-      filtering_ = minis_[best].lead > options_.margin * refs_ ? best : kNoCandidate;
+      filtering_ = minis_[best].lead > options_.margin * minis_.refs() ? best : kNoCandidate;
     }
     // The tier's filters count every key looked up while the best variant
     // trails the followed candidate by less than kCountingMargins margins
@@ -706,7 +629,7 @@ class AdaptivePolicy final : public EvictionPolicy {
     // sixth of adaptive's cost over LRU's in replay (Mooncake x16, 43,924
     // blocks), where the variants trail by far.
     counting_ = filtering_ != kNoCandidate ||
-                minis_[best].lead > -kCountingMargins * options_.margin * refs_;
+                minis_[best].lead > -kCountingMargins * options_.margin * minis_.refs();
   }
 
   // Makes candidate `i` the followed one, its leads restarting against it
@@ -714,7 +637,7 @@ class AdaptivePolicy final : public EvictionPolicy {
   [[gnu::noinline]] void Follow(size_t i) {
     Build(i);
     filtering_ = kNoCandidate;
-    for (MiniCache& m : minis_) m.lead = 0;
+    minis_.RestartLeads();
     ++switches_;
   }
 
@@ -804,31 +727,19 @@ class AdaptivePolicy final : public EvictionPolicy {
   uint64_t switches_ = 0;
 
   std::vector<std::vector<size_t>> variants_;
-  // The candidates' filters (one a name), twice: the miniature caches',
-  // given the sampled keys, and the tier's, given every key while counting_.
-  std::vector<std::unique_ptr<AdmissionFilter>> filters_;
+  // The candidates' filters as the tier runs them (one a name: given every
+  // key while counting_; the miniature caches have their own).
   std::vector<std::unique_ptr<AdmissionFilter>> tier_filters_;
   std::vector<AdmissionFilter*> tier_filter_of_;  // candidate i's tier filter, or null
-  uint64_t filters_sized_ = 0;                    // the capacity last told them
+  internal::MiniCaches minis_;                    // every candidate's, and their scores
+  uint64_t filters_sized_ = 0;                    // the capacity last told the filters
   bool counting_ = false;                         // the tier's filters count (ChooseFilter)
-  internal::SampleIndex index_;                   // the sampled keys every miniature cache holds
-  std::vector<MiniCache> minis_;                  // each its column of index_
-  internal::ChainSampler sampler_;                // the sampled keys of the chains Referenced
-  std::vector<uint64_t> sampled_;                 // Referenced's scratch
-  std::vector<uint32_t> rows_;                    // ... and the sampled keys' rows in index_
-  std::vector<uint64_t> last_chain_;              // the last request's sampled keys
-  std::vector<size_t> kept_;                      // StartScoring's scratch
-  std::vector<uint64_t> probe_;                   // ... and its probing request
-  uint64_t stride_;
   uint64_t high_water_ = 0;
   size_t sampled_in_tier_ = 0;  // the tier's blocks whose fingerprint is sampled
   uint64_t next_restride_ = 0;
-  uint64_t sampled_refs_ = 0;
   uint64_t since_decision_ = 0;
   size_t leader_ = 0;             // the candidate that led at the last decisions
   uint32_t streak_ = 0;           // decisions in a row it led the followed one by margin
-  double refs_ = 0;               // decayed count of sampled references
-  double all_refs_ = 0;           // since the start, scaled at each restride
   bool evicting_ = false;         // the tier has named a victim
   bool victims_demoted_ = false;  // SetVictimsDemoted
   bool below_ = false;            // SetBelowAnotherTier
