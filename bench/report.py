@@ -634,22 +634,42 @@ SECTIONS: dict[str, Callable[[Path, Mode, Placement], Section]] = {
 # ---- writing -------------------------------------------------------------------
 
 
-def splice(text: str, name: str, body: str) -> str:
-    """Replaces what lies between the section's markers (which must exist)."""
+def marked(text: str, name: str) -> tuple[int, int]:
+    """Where the body between the section's markers (which must exist) starts and ends."""
     begin, end = f"<!-- report:{name} -->", f"<!-- /report:{name} -->"
     i, j = text.find(begin), text.find(end)
     if i < 0 or j < i:
         raise RuntimeError(f"no {begin} … {end} markers")
-    return text[:i + len(begin)] + "\n" + body.strip() + "\n" + text[j:]
+    return i + len(begin), j
+
+
+def splice(text: str, name: str, body: str) -> str:
+    """Replaces what lies between the section's markers."""
+    i, j = marked(text, name)
+    return text[:i] + "\n" + body.strip() + "\n" + text[j:]
 
 
 def between(text: str, name: str) -> str:
-    """What lies between the markers of `name` (splice's)."""
-    begin, end = f"<!-- report:{name} -->", f"<!-- /report:{name} -->"
-    i, j = text.find(begin), text.find(end)
-    if i < 0 or j < i:
-        raise RuntimeError(f"no {begin} … {end} markers")
-    return text[i + len(begin):j].strip()
+    """What lies between the section's markers."""
+    i, j = marked(text, name)
+    return text[i:j].strip()
+
+
+def merge_summary(body: str, new_rows: list[tuple[str, str]], sections: str, stamp: str) -> str:
+    """README's summary after a run of some sections: their rows replace the
+    rows of the same figures (new ones are added at the end), the others
+    stay, and the note after the table names the run, in place of an earlier
+    run of the same sections."""
+    fresh = dict(new_rows)
+    rows = [fresh.pop(ln[2:].split(" | ")[0], ln) for ln in body.splitlines() if ln.startswith("|")]
+    rows += list(fresh.values())
+    note = body[body.rfind("\n\n") + 2:].strip() if "\n\n" in body else ""
+    note = re.sub(r" The rows of " + re.escape(sections) + r": .*?(?= The rows of |\)$)", "", note)
+    if note.endswith(")"):
+        note = note[:-1] + f" The rows of {sections}: {stamp}.)"
+    else:
+        note = f"(The rows of {sections}: {stamp}.)"
+    return "\n".join(rows) + "\n\n" + note
 
 
 def header(info: dict[str, str], mode: Mode, place: Placement, before: Load, after: Load) -> str:
@@ -717,23 +737,8 @@ def main() -> int:
         rt = readme.read_text()
         new_rows = [(w, f"| {w} | {r} | {g} |") for s in done.values() for w, r, g in s.summary]
         if partial:
-            body = between(rt, "summary")
-            table_lines = [ln for ln in body.splitlines() if ln.startswith("|")]
-            note = body[body.rfind("\n\n") + 2:].strip() if "\n\n" in body else ""
-            fresh = dict(new_rows)
-            rows = []
-            for ln in table_lines:
-                what = ln[2:].split(" | ")[0]
-                rows.append(fresh.pop(what, ln))
-            rows += list(fresh.values())
-            # (An earlier stamp of the same sections is replaced, not kept.)
-            note = re.sub(r" The rows of " + re.escape(", ".join(done)) + r": .*?(?= The rows of |\)$)",
-                          "", note)
-            if note.endswith(")"):
-                note = note[:-1] + f" The rows of {', '.join(done)}: {stamp}.)"
-            else:
-                note = f"(The rows of {', '.join(done)}: {stamp}.)"
-            rt = splice(rt, "summary", "\n".join(rows) + "\n\n" + note)
+            rt = splice(rt, "summary",
+                        merge_summary(between(rt, "summary"), new_rows, ", ".join(done), stamp))
         else:
             rows = ["| figure | result | goal |", "|---|---:|---|"] + [row for _, row in new_rows]
             rt = splice(rt, "summary", "\n".join(rows) + f"\n\n({info['date']}, `bench/report.sh "
