@@ -60,7 +60,9 @@
 // FIFO and gained nothing on Mooncake).
 //
 // Deciding. Nothing is decided until the tier first needs room: before, every
-// candidate keeps everything the tier does. Then each miniature cache is cut
+// candidate keeps everything the tier does (and the candidates whose order
+// is recency's are not run until then, but made from a record of the
+// sampled keys: internal/mini_caches.h, "The prelude"). Then each miniature cache is cut
 // to the tier's sampled size by its own victims and probed: it serves the
 // last request's chain again with one block more (the next request, where a
 // coding agent's session extends the last), and the candidate that keeps the

@@ -135,6 +135,14 @@ class EvictionPolicy {
   // learned instead of starting from nothing. The others ignore it.
   virtual void Inherit(const EvictionPolicy& simulated) { (void)simulated; }
 
+  // Whether the order it evicts in, until its first Victim(), is the order
+  // its blocks last joined it (inserted or unpinned, or touched; a block
+  // with children_in_tier > 0 as its own policy reads it), and nothing
+  // else: LRU, and leaf first over LRU. The adaptive policy makes such a
+  // candidate's miniature cache only when it first needs to evict
+  // (internal/mini_caches.h, "The prelude").
+  virtual bool recency_ordered() const { return false; }
+
   // What an adaptive policy follows and why; nullopt for the others.
   virtual std::optional<AdaptiveReport> adaptive_report() const { return std::nullopt; }
 };

@@ -35,6 +35,7 @@ class LeafFirstPolicy final : public EvictionPolicy {
   void Erase(BlockId id) override { inner_->Erase(id); }
   std::optional<BlockId> Victim() override { return inner_->Victim(); }
   size_t size() const override { return inner_->size(); }
+  bool recency_ordered() const override { return inner_->recency_ordered(); }
   void Inherit(const EvictionPolicy& simulated) override {
     if (const auto* other = dynamic_cast<const LeafFirstPolicy*>(&simulated)) {
       inner_->Inherit(*other->inner_);

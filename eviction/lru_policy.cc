@@ -51,6 +51,8 @@ class LruPolicy final : public EvictionPolicy {
     --size_;
   }
 
+  bool recency_ordered() const override { return true; }
+
   std::optional<BlockId> Victim() override {
     if (order_.empty()) return std::nullopt;
     return order_.front();

@@ -7,6 +7,7 @@
 // Thread-safety: none; confined to the owning policy.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -23,6 +24,15 @@
 namespace kvtier::eviction::internal {
 
 inline constexpr BlockId kNoBlock = 0xffff'ffffu;
+
+// A sampled key as the miniature caches' prelude keeps it (MiniCaches: a
+// recency-ordered candidate's cache is made from these when it first needs
+// to evict).
+struct PreludeKey {
+  uint64_t fp = 0;
+  uint64_t stamp = 0;          // when it last joined the recency order
+  uint32_t parent = kNoBlock;  // its nearest sampled ancestor's place among the keys
+};
 
 // One candidate run on the sampled keys: its own id space, the prefix tree
 // of its blocks, and the real policy object deciding.
@@ -84,6 +94,32 @@ class MiniCache {
       SetPinned(written_[i - 1], false);
     if (found > 0) SetPinned(written_.front(), false);
     return found;
+  }
+
+  // Makes an empty cache hold `keys` (parents before children), as if it
+  // had served their requests without evicting: each key enters the
+  // policy in the order of `by_stamp` (their places in `keys`, oldest
+  // first). REQUIRES: policy().recency_ordered(), for which that is the
+  // order it would have had, and no eviction since the start.
+  void Load(std::span<const PreludeKey> keys, std::span<const uint32_t> by_stamp) {
+    assert(policy_->recency_ordered() && nodes_.empty() && held_ == 0);
+    nodes_.resize(keys.size());
+    for (BlockId id = 0; id < keys.size(); ++id) {
+      Node& n = nodes_[id];
+      n.fp = keys[id].fp;
+      n.held = true;
+      index_->Set(n.fp, column_, id);
+      ++held_;
+      const BlockId parent = keys[id].parent;
+      if (parent == kNoBlock) continue;
+      assert(parent < id);
+      n.parent = parent;
+      n.next_sibling = nodes_[parent].first_child;
+      if (n.next_sibling != kNoBlock) nodes_[n.next_sibling].prev_sibling = id;
+      nodes_[parent].first_child = id;
+      ++nodes_[parent].children;
+    }
+    for (uint32_t id : by_stamp) policy_->Insert(id, MetaOf(id));
   }
 
   // Evicts the candidate's victims until it holds at most `capacity` (between
