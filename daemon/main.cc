@@ -139,12 +139,16 @@ Result<std::unique_ptr<engine::CacheEngine>> BuildEngine(
 // io_context::run(), but after each burst of work the thread keeps polling
 // for `busy_poll` before it blocks (see DaemonConfig::busy_poll_us), while
 // it has a core to itself: on a shared core spinning takes the CPU from the
-// workers it waits for, so the governor turns it off (and logs when).
-void RunLoop(asio::io_context& io, std::chrono::microseconds busy_poll) {
+// workers it waits for, so the governor turns it off (and logs when). Each
+// turn (what is ready after a wake-up, or one poll) is a round of `rounds`:
+// the replies held for its end leave then.
+void RunLoop(asio::io_context& io, std::chrono::microseconds busy_poll, ReplyRounds& rounds) {
   using Clock = std::chrono::steady_clock;
   SpinGovernor governor;
   bool spinning = true;
   while (io.run_one() > 0) {
+    io.poll();  // (the rest of what is ready: the same round)
+    rounds.EndRound();
     if (busy_poll.count() == 0) continue;
     if (governor.MaySpin() != spinning) {
       spinning = !spinning;
@@ -156,6 +160,7 @@ void RunLoop(asio::io_context& io, std::chrono::microseconds busy_poll) {
     auto until = Clock::now() + busy_poll;
     while (Clock::now() < until) {
       if (io.poll() > 0) until = Clock::now() + busy_poll;
+      rounds.EndRound();
       if (io.stopped()) return;
     }
   }
@@ -352,7 +357,7 @@ int Run(const DaemonConfig& config) {
   }
   (*server)->Start();
   // Returns once the server and every session have stopped.
-  RunLoop(io, std::chrono::microseconds(config.busy_poll_us));
+  RunLoop(io, std::chrono::microseconds(config.busy_poll_us), (*server)->rounds());
   metrics.reset();  // no scrape may ask the engine's thread for anything now
 
   server->reset();

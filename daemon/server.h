@@ -20,6 +20,7 @@
 #include "daemon/asio.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
+#include "daemon/reply_rounds.h"
 #include "daemon/service.h"
 #include "daemon/session.h"
 
@@ -51,6 +52,8 @@ class Server {
   bool stopping() const { return stopping_; }
   // Connections open now: attached, still to say HELLO, or being refused.
   size_t open_connections() const;
+  // The io loop ends each of its rounds here (ReplyRounds).
+  ReplyRounds& rounds() { return rounds_; }
 
  private:
   Server(asio::io_context& io, Service& service, const DaemonConfig& config,
@@ -69,6 +72,7 @@ class Server {
   bool stopping_ = false;
   RateLimitedLog accept_log_;  // accept errors (out of fds) come in bursts
   SessionLogs session_logs_;
+  ReplyRounds rounds_;
 };
 
 }  // namespace kvtier::daemon

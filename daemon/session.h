@@ -26,6 +26,7 @@
 
 #include "daemon/asio.h"
 #include "daemon/log.h"
+#include "daemon/reply_rounds.h"
 #include "daemon/service.h"
 
 namespace kvtier::daemon {
@@ -47,9 +48,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // `refusal`, when not OK, is the error reply to the connection's first
   // request, after which it closes: the peer may not attach (allow lists)
   // or the daemon serves max_sessions already. A refused connection is not
-  // a session: it reads one frame header, at most hello_timeout_ms.
+  // a session: it reads one frame header, at most hello_timeout_ms. Small
+  // replies wait for the end of the io loop's round while `rounds` holds
+  // them.
   Session(asio::local::stream_protocol::socket socket, Service& service, const DaemonConfig& config,
-          SessionLogs& logs, PeerCredentials peer, Status refusal = Status::Ok());
+          SessionLogs& logs, ReplyRounds& rounds, PeerCredentials peer,
+          Status refusal = Status::Ok());
 
   // Runs until the peer leaves, a frame is malformed, a deadline passes, or
   // Stop(). The coroutine owns `self`, so the session lives exactly as long
@@ -82,6 +86,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Service& service_;
   const DaemonConfig& config_;
   SessionLogs& logs_;
+  ReplyRounds& rounds_;
   const Status refusal_;
   SessionState state_;
   asio::steady_timer timer_;
