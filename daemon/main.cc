@@ -139,16 +139,12 @@ Result<std::unique_ptr<engine::CacheEngine>> BuildEngine(
 // io_context::run(), but after each burst of work the thread keeps polling
 // for `busy_poll` before it blocks (see DaemonConfig::busy_poll_us), while
 // it has a core to itself: on a shared core spinning takes the CPU from the
-// workers it waits for, so the governor turns it off (and logs when). Each
-// turn (what is ready after a wake-up, or one poll) is a round of `rounds`:
-// the replies held for its end leave then.
-void RunLoop(asio::io_context& io, std::chrono::microseconds busy_poll, ReplyRounds& rounds) {
+// workers it waits for, so the governor turns it off (and logs when).
+void RunLoop(asio::io_context& io, std::chrono::microseconds busy_poll) {
   using Clock = std::chrono::steady_clock;
   SpinGovernor governor;
   bool spinning = true;
   while (io.run_one() > 0) {
-    io.poll();  // (the rest of what is ready: the same round)
-    rounds.EndRound();
     if (busy_poll.count() == 0) continue;
     if (governor.MaySpin() != spinning) {
       spinning = !spinning;
@@ -160,7 +156,6 @@ void RunLoop(asio::io_context& io, std::chrono::microseconds busy_poll, ReplyRou
     auto until = Clock::now() + busy_poll;
     while (Clock::now() < until) {
       if (io.poll() > 0) until = Clock::now() + busy_poll;
-      rounds.EndRound();
       if (io.stopped()) return;
     }
   }
@@ -357,7 +352,7 @@ int Run(const DaemonConfig& config) {
   }
   (*server)->Start();
   // Returns once the server and every session have stopped.
-  RunLoop(io, std::chrono::microseconds(config.busy_poll_us), (*server)->rounds());
+  RunLoop(io, std::chrono::microseconds(config.busy_poll_us));
   metrics.reset();  // no scrape may ask the engine's thread for anything now
 
   server->reset();

@@ -212,7 +212,7 @@ asio::awaitable<void> Server::Accept() {
     }
     const bool refused = !refusal.ok();
     auto session = std::make_shared<Session>(std::move(socket), service_, config_, session_logs_,
-                                             rounds_, peer, std::move(refusal));
+                                             peer, std::move(refusal));
     (refused ? refusing_ : sessions_).push_back(session);
     asio::co_spawn(io_, Session::Run(session), asio::detached);
   }

@@ -20,7 +20,6 @@
 #include "daemon/asio.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
-#include "daemon/reply_rounds.h"
 #include "daemon/service.h"
 #include "daemon/session.h"
 
@@ -52,8 +51,6 @@ class Server {
   bool stopping() const { return stopping_; }
   // Connections open now: attached, still to say HELLO, or being refused.
   size_t open_connections() const;
-  // The io loop ends each of its rounds here (ReplyRounds).
-  ReplyRounds& rounds() { return rounds_; }
 
  private:
   Server(asio::io_context& io, Service& service, const DaemonConfig& config,
@@ -72,7 +69,6 @@ class Server {
   bool stopping_ = false;
   RateLimitedLog accept_log_;  // accept errors (out of fds) come in bursts
   SessionLogs session_logs_;
-  ReplyRounds rounds_;
 };
 
 }  // namespace kvtier::daemon

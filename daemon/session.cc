@@ -61,13 +61,12 @@ protocol::FrameHeader RawHeader(std::span<const std::byte> header) {
 }  // namespace
 
 Session::Session(asio::local::stream_protocol::socket socket, Service& service,
-                 const DaemonConfig& config, SessionLogs& logs, ReplyRounds& rounds,
-                 PeerCredentials peer, Status refusal)
+                 const DaemonConfig& config, SessionLogs& logs, PeerCredentials peer,
+                 Status refusal)
     : socket_(std::move(socket)),
       service_(service),
       config_(config),
       logs_(logs),
-      rounds_(rounds),
       refusal_(std::move(refusal)),
       timer_(socket_.get_executor()) {
   state_.peer = peer;
@@ -300,10 +299,6 @@ asio::awaitable<void> Session::Serve() {
       out.clear();
     }
     if (!out.empty()) {
-      // Where several sessions are served at once, the replies leave
-      // together at the round's end (ReplyRounds says why).
-      rounds_.Served();
-      if (rounds_.holding() && !closing && !stopping_) co_await rounds_.Wait();
       if (!(co_await Send(out, {})).ok()) break;
       out.clear();
     }

@@ -26,7 +26,6 @@
 
 #include "daemon/asio.h"
 #include "daemon/log.h"
-#include "daemon/reply_rounds.h"
 #include "daemon/service.h"
 
 namespace kvtier::daemon {
@@ -48,12 +47,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // `refusal`, when not OK, is the error reply to the connection's first
   // request, after which it closes: the peer may not attach (allow lists)
   // or the daemon serves max_sessions already. A refused connection is not
-  // a session: it reads one frame header, at most hello_timeout_ms. Small
-  // replies wait for the end of the io loop's round while `rounds` holds
-  // them.
+  // a session: it reads one frame header, at most hello_timeout_ms.
   Session(asio::local::stream_protocol::socket socket, Service& service, const DaemonConfig& config,
-          SessionLogs& logs, ReplyRounds& rounds, PeerCredentials peer,
-          Status refusal = Status::Ok());
+          SessionLogs& logs, PeerCredentials peer, Status refusal = Status::Ok());
 
   // Runs until the peer leaves, a frame is malformed, a deadline passes, or
   // Stop(). The coroutine owns `self`, so the session lives exactly as long
@@ -86,7 +82,6 @@ class Session : public std::enable_shared_from_this<Session> {
   Service& service_;
   const DaemonConfig& config_;
   SessionLogs& logs_;
-  ReplyRounds& rounds_;
   const Status refusal_;
   SessionState state_;
   asio::steady_timer timer_;
