@@ -110,15 +110,11 @@ class MiniCache {
       n.held = true;
       index_->Set(n.fp, column_, id);
       ++held_;
-      const BlockId parent = keys[id].parent;
-      if (parent == kNoBlock) continue;
-      assert(parent < id);
-      n.parent = parent;
-      n.next_sibling = nodes_[parent].first_child;
-      if (n.next_sibling != kNoBlock) nodes_[n.next_sibling].prev_sibling = id;
-      nodes_[parent].first_child = id;
-      ++nodes_[parent].children;
+      assert(keys[id].parent == kNoBlock || keys[id].parent < id);
+      if (keys[id].parent != kNoBlock) Attach(id, keys[id].parent);
     }
+    // (Each enters with its children counted: a leaf-first candidate sees
+    // its leaves as leaves from the start.)
     for (uint32_t id : by_stamp) policy_->Insert(id, MetaOf(id));
   }
 
@@ -239,6 +235,12 @@ class MiniCache {
 
   // Makes `id` (a root) a child of `parent`.
   void Link(BlockId id, BlockId parent) {
+    Attach(id, parent);
+    if (nodes_[parent].held) policy_->Update(parent, MetaOf(parent));
+  }
+
+  // The tree's part of Link: `id` (a root) becomes `parent`'s first child.
+  void Attach(BlockId id, BlockId parent) {
     Node& n = nodes_[id];
     n.parent = parent;
     n.prev_sibling = kNoBlock;
@@ -246,7 +248,6 @@ class MiniCache {
     if (n.next_sibling != kNoBlock) nodes_[n.next_sibling].prev_sibling = id;
     nodes_[parent].first_child = id;
     ++nodes_[parent].children;
-    if (nodes_[parent].held) policy_->Update(parent, MetaOf(parent));
   }
 
   // Forgets one held, unpinned block; its children move up to its parent.
