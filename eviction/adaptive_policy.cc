@@ -299,6 +299,15 @@ class AdaptivePolicy final : public EvictionPolicy {
   bool wants_references() const override { return true; }
 
   void Referenced(std::span<const uint64_t> chain) override {
+    // A tier below another that has never held a block (an ssd under a
+    // host that has not filled yet, perhaps for hours) has nothing to
+    // choose, and its miniature caches would sample every key (the stride
+    // grows with the high water mark): they would cost more than the host's
+    // own policy, every lookup. They start at the tier's first block. (A
+    // tier on top counts from the first lookup: its first chain decides
+    // where it starts, and it fills at once.)
+    if (below_ && high_water_ == 0) [[unlikely]]
+      return;
     // The tier's filters count every key (the tier asks of any block), but
     // only while the tier may filter soon (counting_); the miniature
     // caches' count the sampled keys, before the caches ask them.

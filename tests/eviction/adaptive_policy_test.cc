@@ -117,6 +117,36 @@ std::string StartsWith(bool victims_demoted) {
   return "";
 }
 
+// An ssd tier below a host tier that has not filled yet is told of every
+// lookup while it holds nothing; its miniature caches would sample every
+// key (the stride follows the high water mark, still 0). They wait for the
+// tier's first block instead. A tier on top counts from the first lookup.
+TEST(AdaptivePolicyTest, ATierBelowThatNeverHeldABlockSamplesNothing) {
+  ManualClock clock;
+  std::vector<uint64_t> chain;
+  for (uint64_t i = 1; i <= 64; ++i) chain.push_back(Mix64(i));
+  auto top = NewAdaptivePolicy(clock);
+  ASSERT_TRUE(top.ok());
+  (*top)->Referenced(chain);
+  EXPECT_EQ((*top)->adaptive_report()->sampled_refs, chain.size());
+
+  auto p = NewAdaptivePolicy(clock);
+  ASSERT_TRUE(p.ok());
+  (*p)->SetBelowAnotherTier(true);
+  for (int r = 0; r < 10; ++r) (*p)->Referenced(chain);
+  EXPECT_EQ((*p)->adaptive_report()->sampled_refs, 0u);
+  BlockMeta m;
+  m.fingerprint = chain[0];
+  (*p)->Insert(0, m);
+  (*p)->Referenced(chain);  // stride 1 now: every key
+  EXPECT_EQ((*p)->adaptive_report()->sampled_refs, chain.size());
+  // Emptied again, it keeps counting: only never having held a block is
+  // the waiting state.
+  (*p)->Erase(0);
+  (*p)->Referenced(chain);
+  EXPECT_EQ((*p)->adaptive_report()->sampled_refs, 2 * chain.size());
+}
+
 TEST(AdaptivePolicyTest, ALastTierStartsWithTheCandidateThatKeepsTheLastChain) {
   EXPECT_EQ(StartsWith(/*victims_demoted=*/false), "leaf-lru");
   EXPECT_EQ(StartsWith(/*victims_demoted=*/true), "lru");
