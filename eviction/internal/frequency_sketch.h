@@ -77,6 +77,12 @@ class FrequencySketch {
   // a time waits on each miss in turn).
   void IncrementAll(std::span<const uint64_t> keys) {
     constexpr size_t kAhead = 8;
+    // (A table of 128 KiB or less stays in the cache: no prefetch, no
+    // second hash.)
+    if (table_.size() <= (size_t{1} << 14)) {
+      for (uint64_t key : keys) Increment(key);
+      return;
+    }
     for (size_t i = 0; i < keys.size(); ++i) {
       if (i + kAhead < keys.size()) __builtin_prefetch(&table_[Index(Hash(keys[i + kAhead]))], 1);
       Increment(keys[i]);

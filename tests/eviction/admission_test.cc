@@ -46,6 +46,24 @@ TEST(FrequencySketchTest, AgingHalvesTheCounts) {
   EXPECT_LT(s.Frequency(7), 6u);
 }
 
+// IncrementAll (with its prefetches in a large table, without in a small
+// one) counts exactly as Increment of each key in turn.
+TEST(FrequencySketchTest, IncrementAllCountsAsIncrementDoes) {
+  for (size_t keys : {size_t{1024}, size_t{1} << 16}) {
+    FrequencySketch one(keys), all(keys);
+    std::vector<uint64_t> chain;
+    for (uint64_t k = 0; k < 100; ++k) chain.push_back(Mix64(k % 37 + 1));
+    for (int round = 0; round < 5; ++round) {
+      for (uint64_t fp : chain) one.Increment(fp);
+      all.IncrementAll(chain);
+    }
+    for (uint64_t k = 0; k < 50; ++k) {
+      EXPECT_EQ(all.Frequency(Mix64(k)), one.Frequency(Mix64(k))) << keys << " " << k;
+    }
+    EXPECT_EQ(all.Frequency(Mix64(1)), std::min(15u, 5u * 3));  // k % 37 == 0 thrice a chain
+  }
+}
+
 TEST(FrequencySketchTest, GrowingKeepsEveryEstimate) {
   FrequencySketch s(64);
   std::vector<unsigned> before;
