@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <cassert>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -113,17 +114,19 @@ asio::awaitable<Result<engine::Lease>> Service::Acquire(
   co_return std::move(*wait->result);
 }
 
+Status Service::LookupNow(SessionState& s, const FrameHeader& h, const protocol::KeysRequest& r,
+                          Reply* reply) {
+  KVTIER_RETURN_IF_ERROR(engine_.Lookup(s.ns, r.keys, &lookup_found_));
+  lookup_reply_.tiers.resize(lookup_found_.tiers.size());
+  for (size_t i = 0; i < lookup_found_.tiers.size(); ++i) {
+    lookup_reply_.tiers[i] = ToWire(lookup_found_.tiers[i]);
+  }
+  protocol::EncodeLookupReply(h.request_id, lookup_reply_, &reply->frame);
+  return Status::Ok();
+}
+
 asio::awaitable<Status> Service::Lookup(SessionState& s, const FrameHeader& h,
                                         const protocol::KeysRequest& r, Reply* reply) {
-  if (!engine_.has_remote()) {  // nothing to wait for: no timer, no allocation
-    Result<engine::LookupResult> found = engine_.Lookup(s.ns, r.keys);
-    if (!found) co_return found.status();
-    protocol::LookupReply rep;
-    rep.tiers.reserve(found->tiers.size());
-    for (TierKind t : found->tiers) rep.tiers.push_back(ToWire(t));
-    protocol::EncodeLookupReply(h.request_id, rep, &reply->frame);
-    co_return Status::Ok();
-  }
   // As Acquire: the completion runs inside LookupAsync, or later when the
   // remote tier answers.
   struct Wait {
@@ -197,9 +200,9 @@ void Service::Malformed(const FrameHeader& header, const Status& error, Reply* r
 // an opcode added to protocol/wire.h without a handler does not compile.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic error "-Wswitch"
-asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
-                                      protocol::Request& request, Reply* reply) {
-  ++requests_;
+bool Service::HandleNow(SessionState& s, const FrameHeader& h, protocol::Request& request,
+                        Reply* reply) {
+  ++requests_;  // (here for those Handle answers too)
   const auto start = std::chrono::steady_clock::now();
   // Set by the opcode's case. Only a value outside the enum leaves it unset
   // (the decoder refuses those); not made an error up front, which would
@@ -210,11 +213,16 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
     reply->close = true;
   } else {
     switch (h.opcode) {
+      case Opcode::kAcquire:
+      case Opcode::kPut:
+      case Opcode::kGet:
+        return false;  // they wait: Handle
+      case Opcode::kLookup:
+        if (engine_.has_remote()) return false;  // for the remote tier
+        status = LookupNow(s, h, std::get<protocol::KeysRequest>(request), reply);
+        break;
       case Opcode::kHello:
         status = Hello(s, h, std::get<protocol::HelloRequest>(request), reply);
-        break;
-      case Opcode::kLookup:
-        status = co_await Lookup(s, h, std::get<protocol::KeysRequest>(request), reply);
         break;
       case Opcode::kAllocate:
         status = Allocate(s, h, std::get<protocol::AllocateRequest>(request), reply);
@@ -225,17 +233,8 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
       case Opcode::kAbort:
         status = Abort(s, h, std::get<protocol::HandleRequest>(request), reply);
         break;
-      case Opcode::kAcquire:
-        status = co_await AcquireRequest(s, h, std::get<protocol::AcquireRequest>(request), reply);
-        break;
       case Opcode::kRelease:
         status = Release(s, h, std::get<protocol::HandleRequest>(request), reply);
-        break;
-      case Opcode::kPut:
-        status = co_await Put(s, h, std::get<protocol::PutRequest>(request), reply);
-        break;
-      case Opcode::kGet:
-        status = co_await Get(s, h, std::get<protocol::KeysRequest>(request), reply);
         break;
       case Opcode::kRemove:
         status = Remove(s, h, std::get<protocol::KeysRequest>(request), reply);
@@ -255,12 +254,45 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
     }
   }
   if (!status) status = InternalError("unhandled opcode");
-  ops_.Record(h.opcode, std::chrono::steady_clock::now() - start, status->ok());
-  if (!status->ok()) {
+  Finish(s, h, start, *status, reply);
+  return true;
+}
+#pragma GCC diagnostic pop
+
+asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
+                                      protocol::Request& request, Reply* reply) {
+  const auto start = std::chrono::steady_clock::now();
+  Status status;
+  switch (h.opcode) {
+    case Opcode::kLookup:
+      status = co_await Lookup(s, h, std::get<protocol::KeysRequest>(request), reply);
+      break;
+    case Opcode::kAcquire:
+      status = co_await AcquireRequest(s, h, std::get<protocol::AcquireRequest>(request), reply);
+      break;
+    case Opcode::kPut:
+      status = co_await Put(s, h, std::get<protocol::PutRequest>(request), reply);
+      break;
+    case Opcode::kGet:
+      status = co_await Get(s, h, std::get<protocol::KeysRequest>(request), reply);
+      break;
+    default:  // HandleNow answered it
+      assert(false && "Handle is for the requests HandleNow leaves");
+      status = InternalError("request routed to the waiting handler by mistake");
+      break;
+  }
+  Finish(s, h, start, status, reply);
+}
+
+void Service::Finish(const SessionState& s, const FrameHeader& h,
+                     std::chrono::steady_clock::time_point start, const Status& status,
+                     Reply* reply) {
+  ops_.Record(h.opcode, std::chrono::steady_clock::now() - start, status.ok());
+  if (!status.ok()) {
     ++request_errors_;
-    const std::string line = Str("session ", s.id, ": ", protocol::OpcodeName(h.opcode),
-                                 " failed: ", status->ToString());
-    switch (status->code()) {
+    const std::string line =
+        Str("session ", s.id, ": ", protocol::OpcodeName(h.opcode), " failed: ", status.ToString());
+    switch (status.code()) {
       case StatusCode::kIoError:
       case StatusCode::kCorruption:
       case StatusCode::kInternal:
@@ -275,10 +307,9 @@ asio::awaitable<void> Service::Handle(SessionState& s, const FrameHeader& h,
     }
     reply->frame.clear();
     reply->fds.clear();
-    protocol::EncodeError(h.opcode, h.request_id, *status, &reply->frame);
+    protocol::EncodeError(h.opcode, h.request_id, status, &reply->frame);
   }
 }
-#pragma GCC diagnostic pop
 
 Status Service::Hello(SessionState& s, const FrameHeader& h, const protocol::HelloRequest& r,
                       Reply* reply) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <unordered_map>
@@ -64,7 +65,13 @@ class Service {
   // Ends the session: aborts its writes, releases its leases.
   void CloseSession(SessionState& session);
 
-  // Handles one well-formed request.
+  // Handles one well-formed request, if it needs no wait (everything but
+  // ACQUIRE, PUT, GET and, with a remote tier, LOOKUP): true. False: it was
+  // left alone, for Handle. Most requests take this way, which costs no
+  // coroutine frame.
+  bool HandleNow(SessionState& session, const protocol::FrameHeader& header,
+                 protocol::Request& request, Reply* reply);
+  // Handles one well-formed request that HandleNow left.
   asio::awaitable<void> Handle(SessionState& session, const protocol::FrameHeader& header,
                                protocol::Request& request, Reply* reply);
 
@@ -82,9 +89,18 @@ class Service {
   void SetEventPublisher(const KvEventPublisher* publisher) { publisher_ = publisher; }
 
  private:
-  // One handler per opcode, in the wire's order (Handle's switch calls them).
+  // What every request ends with: its figures, and an error's reply and log
+  // line in place of the reply.
+  void Finish(const SessionState& s, const protocol::FrameHeader& h,
+              std::chrono::steady_clock::time_point start, const Status& status, Reply* reply);
+
+  // One handler per opcode, in the wire's order (HandleNow's switch calls
+  // them, and Handle's those that wait).
   Status Hello(SessionState& s, const protocol::FrameHeader& h, const protocol::HelloRequest& r,
                Reply* reply);
+  // LookupNow without a remote tier, Lookup (waiting for it) with one.
+  Status LookupNow(SessionState& s, const protocol::FrameHeader& h, const protocol::KeysRequest& r,
+                   Reply* reply);
   asio::awaitable<Status> Lookup(SessionState& s, const protocol::FrameHeader& h,
                                  const protocol::KeysRequest& r, Reply* reply);
   Status Allocate(SessionState& s, const protocol::FrameHeader& h,
@@ -128,6 +144,9 @@ class Service {
   asio::thread_pool& copy_pool_;
   const KvEventPublisher* publisher_ = nullptr;
   std::vector<std::byte> master_secret_;
+  // LookupNow's, reused: no allocation a request once they have grown.
+  engine::LookupResult lookup_found_;
+  protocol::LookupReply lookup_reply_;
   uint64_t next_session_id_ = 1;
   uint64_t sessions_ = 0;
   uint64_t requests_ = 0;

@@ -234,6 +234,9 @@ asio::awaitable<void> Session::Serve() {
   // Reused for every request, so large replies (inline GET) allocate and
   // fault their pages in once, not per request.
   Reply reply;
+  // Each request is decoded into this one, so that the keys of a LOOKUP
+  // land in a vector grown once, not one allocated per request.
+  protocol::Request request;
   size_t small_frames = 0;   // since the last one that grew `in`
   size_t small_replies = 0;  // since the last one that grew `reply.frame`
   // The frame at `begin` is incomplete, and began to arrive then (counted
@@ -268,11 +271,11 @@ asio::awaitable<void> Session::Serve() {
         }
         const auto payload =
             std::span(in).subspan(begin + protocol::kHeaderBytes, h->payload_bytes);
-        auto request = protocol::DecodeRequest(*h, payload, config_.max_keys);
-        if (!request) {
-          service_.Malformed(*h, request.status(), &reply);
-        } else {
-          co_await service_.Handle(state_, *h, *request, &reply);
+        if (Status decoded = protocol::DecodeRequest(*h, payload, config_.max_keys, &request);
+            !decoded.ok()) {
+          service_.Malformed(*h, decoded, &reply);
+        } else if (!service_.HandleNow(state_, *h, request, &reply)) {
+          co_await service_.Handle(state_, *h, request, &reply);
         }
         begin += frame;
         partial = false;
@@ -308,7 +311,10 @@ asio::awaitable<void> Session::Serve() {
       begin = end = 0;
       // Keep buffers grown for large frames while they keep coming; give
       // them back once the connection has gone back to small ones.
-      if (in.size() > 4 * kReadChunk && small_frames > 64) in.assign(kReadChunk, std::byte{0});
+      if (in.size() > 4 * kReadChunk && small_frames > 64) {
+        in.assign(kReadChunk, std::byte{0});
+        request = {};  // (its vectors may have grown with the large frames)
+      }
       if (reply.frame.capacity() > 4 * kReadChunk && small_replies > 64) reply.frame = {};
     } else if (end == in.size()) {
       std::memmove(in.data(), in.data() + begin, end - begin);

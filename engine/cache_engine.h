@@ -316,6 +316,9 @@ class CacheEngine {
   // The leading run of `keys` present (committed) and where each block is.
   // Changes no recency.
   Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys);
+  // The same into `found`, whose vector keeps its capacity from one call to
+  // the next (the daemon's LOOKUP: no allocation a request).
+  Status Lookup(NamespaceId ns, std::span<const BlockKey> keys, LookupResult* found);
 
   // The blocks of `keys` present (each, not only a leading run), which a
   // worker read without a lease (direct reads, common/slot_generations.h):
@@ -694,6 +697,7 @@ class CacheEngine {
   std::vector<EntryId> drop_stack_;        // Drop's scratch
   std::vector<NamespaceSpec> namespaces_;  // indexed by NamespaceId
   std::vector<NamespaceUse> ns_use_;       // indexed by NamespaceId
+  std::vector<EntryId> lookup_ids_;        // Lookup's, reused (no allocation a call)
   // Fingerprints of dropped blocks, direct-mapped (a newer one overwrites an
   // older): tells a miss of an evicted block from one of a block never
   // stored, in bounded memory (NamespaceUse).

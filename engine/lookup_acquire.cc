@@ -18,27 +18,35 @@ using prefix_index::EntryId;
 using prefix_index::kNoEntry;
 
 Result<LookupResult> CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKey> keys) {
+  LookupResult result;
+  KVTIER_RETURN_IF_ERROR(Lookup(ns, keys, &result));
+  return result;
+}
+
+Status CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKey> keys, LookupResult* found) {
+  found->hits = 0;
+  found->tiers.clear();
   KVTIER_RETURN_IF_ERROR(CheckNamespace(ns));
   ExpireHints();
   TellReferences(ns, keys);
-  LookupResult result;
-  result.tiers.reserve(keys.size());
-  for (const BlockKey& key : keys) {
-    const EntryId id = index_.Find(ns, key);
-    if (id == kNoEntry || !index_.visible(id)) break;
-    result.tiers.push_back(blocks_[id].tier);
-    ++stats_.tiers[Index(blocks_[id].tier)].lookup_hits;
+  if (lookup_ids_.size() < keys.size()) lookup_ids_.resize(keys.size());
+  const size_t hits = index_.LeadingRun(ns, keys, lookup_ids_);
+  found->tiers.resize(hits);
+  for (size_t i = 0; i < hits; ++i) {
+    const TierKind tier = blocks_[lookup_ids_[i]].tier;
+    found->tiers[i] = tier;
+    ++stats_.tiers[Index(tier)].lookup_hits;
   }
-  result.hits = result.tiers.size();
-  if (result.hits < keys.size()) {
+  found->hits = hits;
+  if (hits < keys.size()) {
     NamespaceUse& use = ns_use_[ns];
-    (WasDropped(ns, keys[result.hits]) ? use.missed_evicted : use.missed_never_stored) +=
-        keys.size() - result.hits;
+    (WasDropped(ns, keys[hits]) ? use.missed_evicted : use.missed_never_stored) +=
+        keys.size() - hits;
   }
   ++stats_.lookups;
   stats_.lookup_keys += keys.size();
-  stats_.lookup_hits += result.hits;
-  return result;
+  stats_.lookup_hits += hits;
+  return Status::Ok();
 }
 
 void CacheEngine::LookupAsync(NamespaceId ns, std::span<const BlockKey> keys,
@@ -125,12 +133,8 @@ void CacheEngine::AcquireLocal(NamespaceId ns, std::span<const BlockKey> keys, T
 }
 
 std::vector<EntryId> CacheEngine::LeadingRun(NamespaceId ns, std::span<const BlockKey> keys) const {
-  std::vector<EntryId> run;
-  for (const BlockKey& key : keys) {
-    const EntryId id = index_.Find(ns, key);
-    if (id == kNoEntry || !index_.visible(id)) break;
-    run.push_back(id);
-  }
+  std::vector<EntryId> run(keys.size());
+  run.resize(index_.LeadingRun(ns, keys, run));
   return run;
 }
 

@@ -55,6 +55,9 @@ class PrefixIndex {
   // The number of leading keys of `keys` that are present and visible. A key
   // after a missing one is never counted, whatever its own presence.
   size_t LeadingRun(NamespaceId ns, std::span<const BlockKey> keys) const;
+  // The same, and the entries of that run into `ids` (ids[0..run)).
+  // REQUIRES: ids.size() >= keys.size().
+  size_t LeadingRun(NamespaceId ns, std::span<const BlockKey> keys, std::span<EntryId> ids) const;
 
   // Visibility: only visible entries count in LeadingRun (uncommitted blocks
   // are in the index, so a second writer sees them, but not in lookups).
@@ -97,9 +100,15 @@ class PrefixIndex {
   // A table slot: entry id in the low half, the high half of the hash in
   // the upper half, so most mismatches are rejected without touching a node.
   static constexpr uint64_t kEmptySlot = ~uint64_t{0};
+  // Walk prefetches only in a table of more slots than this (128 KiB, and
+  // nodes for 7/8 of them: 560 KiB).
+  static constexpr size_t kPrefetchFromSlots = size_t{1} << 14;
 
   static uint64_t HashOf(NamespaceId ns, const BlockKey& key);
   size_t FindSlot(NamespaceId ns, const BlockKey& key, uint64_t hash) const;
+  // The walk both LeadingRuns make: `found(i, id)` for each key of the run.
+  template <typename Found>
+  size_t Walk(NamespaceId ns, std::span<const BlockKey> keys, Found found) const;
   void InsertSlot(EntryId id, uint64_t hash);
   void EraseSlot(size_t slot);
   void Grow();

@@ -205,18 +205,26 @@ void EncodeHint(uint64_t request_id, const HintRequest& r, std::vector<std::byte
 
 Result<Request> DecodeRequest(const FrameHeader& h, std::span<const std::byte> payload,
                               uint32_t max_keys) {
-  const std::string context = std::string(OpcodeName(h.opcode)) + " request";
+  Request req;
+  KVTIER_RETURN_IF_ERROR(DecodeRequest(h, payload, max_keys, &req));
+  return req;
+}
+
+Status DecodeRequest(const FrameHeader& h, std::span<const std::byte> payload, uint32_t max_keys,
+                     Request* into) {
+  // (Built only for an error: most requests never need it.)
+  const auto context = [&] { return std::string(OpcodeName(h.opcode)) + " request"; };
   if (payload.size() != h.payload_bytes) {
-    return InvalidArgumentError(context + ": truncated payload: " + Num(payload.size()) +
+    return InvalidArgumentError(context() + ": truncated payload: " + Num(payload.size()) +
                                 " bytes, header says " + Num(h.payload_bytes));
   }
   if (h.flags != 0 || h.status != 0) {
-    return InvalidArgumentError(context + ": flags " + Num(h.flags) + " and status " +
+    return InvalidArgumentError(context() + ": flags " + Num(h.flags) + " and status " +
                                 Num(h.status) + " must be 0 in a request");
   }
   const uint32_t key_cap = std::min(max_keys, kMaxKeys);
   ByteReader r(payload);
-  Request req;
+  Request& req = *into;
   Status s;
   switch (h.opcode) {
     case Opcode::kHello:
@@ -225,9 +233,11 @@ Result<Request> DecodeRequest(const FrameHeader& h, std::span<const std::byte> p
     case Opcode::kLookup:
     case Opcode::kGet:
     case Opcode::kRemove:
-    case Opcode::kTouch:
-      s = ReadKeys(r, key_cap, &req.emplace<KeysRequest>().keys);
+    case Opcode::kTouch: {
+      auto* keys = std::get_if<KeysRequest>(&req);
+      s = ReadKeys(r, key_cap, &(keys != nullptr ? keys : &req.emplace<KeysRequest>())->keys);
       break;
+    }
     case Opcode::kAllocate:
       s = DecodeAllocateBody(r, key_cap, &req.emplace<AllocateRequest>());
       break;
@@ -256,8 +266,8 @@ Result<Request> DecodeRequest(const FrameHeader& h, std::span<const std::byte> p
       break;
   }
   if (s.ok()) s = r.ExpectEnd();
-  if (!s.ok()) return s.WithContext(context);
-  return req;
+  if (!s.ok()) return s.WithContext(context());
+  return Status::Ok();
 }
 
 }  // namespace kvtier::protocol

@@ -195,6 +195,12 @@ void EncodeHint(uint64_t request_id, const HintRequest& r, std::vector<std::byte
 // blocks); InvalidArgument otherwise. Never reads past `payload`.
 Result<Request> DecodeRequest(const FrameHeader& h, std::span<const std::byte> payload,
                               uint32_t max_keys);
+// The same into `req`, whose key vector is reused when it holds a request
+// with keys already (the daemon decodes each connection's requests into one
+// Request: a LOOKUP allocates nothing once the vector has grown). On error
+// `req` holds something unspecified.
+Status DecodeRequest(const FrameHeader& h, std::span<const std::byte> payload, uint32_t max_keys,
+                     Request* req);
 
 // ---- replies -----------------------------------------------------------
 

@@ -82,6 +82,26 @@ TEST(PrefixIndexTest, LeadingRunOfLongChainsStopsAtTheFirstGap) {
   }
 }
 
+// The run's entries, from a table small enough to walk without prefetching
+// and from one large enough to prefetch, agree with Find key by key.
+TEST(PrefixIndexTest, LeadingRunGivesTheEntriesFindWould) {
+  for (size_t blocks : {size_t{300}, size_t{40000}}) {
+    PrefixIndex index;
+    InsertChain(index, 0, 1, blocks);
+    const std::vector<EntryId> ids = InsertChain(index, 0, 1'000'000, 300);
+    index.SetVisible(ids[77], false);
+    const std::vector<BlockKey> keys = Keys(1'000'000, 300);
+    std::vector<EntryId> found(keys.size(), kNoEntry);
+    ASSERT_EQ(index.LeadingRun(0, keys, found), 77u) << blocks;
+    for (size_t i = 0; i < 77; ++i) {
+      EXPECT_EQ(found[i], index.Find(0, keys[i])) << blocks << " " << i;
+      EXPECT_EQ(found[i], ids[i]);
+    }
+    EXPECT_EQ(found[77], kNoEntry);  // nothing written past the run
+    EXPECT_EQ(index.LeadingRun(0, keys), 77u);
+  }
+}
+
 TEST(PrefixIndexTest, ParentChildLinksAndOrphans) {
   PrefixIndex index;
   const EntryId root = index.Insert(0, K(1), kNoEntry);

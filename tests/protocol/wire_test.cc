@@ -257,6 +257,43 @@ TEST(WireRequest, KeysRoundTrip) {
   }
 }
 
+// The daemon decodes each connection's requests into one Request: the
+// keys of a second LOOKUP replace the first's (fewer or more), another
+// request replaces them, and keys come back after it.
+TEST(WireRequest, DecodingIntoOneRequestReplacesWhatItHeld) {
+  Request req;
+  const auto decode = [&](const Bytes& frame) {
+    Frame f = Split(frame);
+    const Status s = DecodeRequest(f.h, f.payload, kMaxKeys, &req);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  };
+  Bytes out;
+  EncodeKeys(Opcode::kLookup, 1, Keys(5), &out);
+  decode(out);
+  EXPECT_EQ(std::get<KeysRequest>(req).keys, Keys(5));
+  out.clear();
+  const std::vector<BlockKey> nine = Keys(9);
+  const std::vector<BlockKey> last_two(nine.begin() + 7, nine.end());
+  EncodeKeys(Opcode::kTouch, 2, last_two, &out);
+  decode(out);
+  EXPECT_EQ(std::get<KeysRequest>(req).keys, last_two);
+  out.clear();
+  EncodeHandle(Opcode::kRelease, 3, 42, &out);
+  decode(out);
+  EXPECT_EQ(std::get<HandleRequest>(req).id, 42u);
+  out.clear();
+  EncodeKeys(Opcode::kGet, 4, Keys(3), &out);
+  decode(out);
+  EXPECT_EQ(std::get<KeysRequest>(req).keys, Keys(3));
+  // A frame that does not decode says so, as the Result form does.
+  out.clear();
+  EncodeKeys(Opcode::kLookup, 5, Keys(3), &out);
+  Frame f = Split(out);
+  const Status s = DecodeRequest(f.h, f.payload.first(f.payload.size() - 1), kMaxKeys, &req);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("LOOKUP request"), std::string_view::npos) << s.ToString();
+}
+
 TEST(WireRequest, AllocateRoundTrip) {
   for (auto parent : {std::optional<BlockKey>(), std::optional<BlockKey>(Key(1000))}) {
     AllocateRequest in{.tier = WireTier::kDevice, .parent = parent, .keys = Keys(4)};
