@@ -57,35 +57,31 @@ class FrequencySketch {
 
   size_t words() const { return table_.size(); }
 
-  void Increment(uint64_t key) {
-    const uint64_t h = Hash(key);
-    uint64_t& word = table_[Index(h)];
-    bool added = false;
-    for (int i = 0; i < 4; ++i) {
-      const unsigned shift = Shift(h, i);
-      if (((word >> shift) & 0xf) != 0xf) {
-        word += uint64_t{1} << shift;
-        added = true;
-      }
-    }
-    if (added && ++additions_ >= sample_) Age();
-  }
+  void Increment(uint64_t key) { IncrementHashed(Hash(key)); }
 
   // Increment of each key in turn, the words of the keys a few places ahead
   // fetched meanwhile: a sketch larger than the caches costs a miss a key,
   // and a chain's keys are known together (a long chain counted one key at
-  // a time waits on each miss in turn).
+  // a time waits on each miss in turn). Each key is hashed once.
   void IncrementAll(std::span<const uint64_t> keys) {
     constexpr size_t kAhead = 8;
-    // (A table of 128 KiB or less stays in the cache: no prefetch, no
-    // second hash.)
-    if (table_.size() <= (size_t{1} << 14)) {
-      for (uint64_t key : keys) Increment(key);
+    // (A table of 128 KiB or less stays in the cache: no prefetch.)
+    if (table_.size() <= (size_t{1} << 14) || keys.size() <= kAhead) {
+      for (uint64_t key : keys) IncrementHashed(Hash(key));
       return;
     }
+    uint64_t ahead[kAhead];  // the hashes of keys i .. i + kAhead - 1, by i % kAhead
+    for (size_t i = 0; i < kAhead; ++i) {
+      ahead[i] = Hash(keys[i]);
+      __builtin_prefetch(&table_[Index(ahead[i])], 1);
+    }
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (i + kAhead < keys.size()) __builtin_prefetch(&table_[Index(Hash(keys[i + kAhead]))], 1);
-      Increment(keys[i]);
+      const uint64_t h = ahead[i % kAhead];
+      if (i + kAhead < keys.size()) {
+        ahead[i % kAhead] = Hash(keys[i + kAhead]);
+        __builtin_prefetch(&table_[Index(ahead[i % kAhead])], 1);
+      }
+      IncrementHashed(h);
     }
   }
 
@@ -118,6 +114,19 @@ class FrequencySketch {
   // Counter i of a key: one of the 4 of the word's quarter i, by 2 bits of h.
   static unsigned Shift(uint64_t h, int i) {
     return static_cast<unsigned>(16 * i) + 4 * static_cast<unsigned>((h >> (2 * i)) & 3);
+  }
+
+  // Raises each of the key's four counters not yet at 15 (without branches:
+  // which ones are full is random).
+  void IncrementHashed(uint64_t h) {
+    uint64_t& word = table_[Index(h)];
+    uint64_t add = 0;
+    for (int i = 0; i < 4; ++i) {
+      const unsigned shift = Shift(h, i);
+      add |= uint64_t{((word >> shift) & 0xf) != 0xf} << shift;
+    }
+    word += add;
+    if (add != 0 && ++additions_ >= sample_) Age();
   }
 
   std::vector<uint64_t> table_;
