@@ -117,12 +117,14 @@ asio::awaitable<Result<engine::Lease>> Service::Acquire(
 Status Service::LookupNow(SessionState& s, const FrameHeader& h, const protocol::KeysRequest& r,
                           Reply* reply) {
   KVTIER_RETURN_IF_ERROR(engine_.Lookup(s.ns, r.keys, &lookup_found_));
-  lookup_reply_.tiers.resize(lookup_found_.tiers.size());
-  for (size_t i = 0; i < lookup_found_.tiers.size(); ++i) {
-    lookup_reply_.tiers[i] = ToWire(lookup_found_.tiers[i]);
-  }
-  protocol::EncodeLookupReply(h.request_id, lookup_reply_, &reply->frame);
+  EncodeLookup(h, lookup_found_, reply);
   return Status::Ok();
+}
+
+void Service::EncodeLookup(const FrameHeader& h, const engine::LookupResult& found, Reply* reply) {
+  lookup_reply_.tiers.resize(found.tiers.size());
+  for (size_t i = 0; i < found.tiers.size(); ++i) lookup_reply_.tiers[i] = ToWire(found.tiers[i]);
+  protocol::EncodeLookupReply(h.request_id, lookup_reply_, &reply->frame);
 }
 
 asio::awaitable<Status> Service::Lookup(SessionState& s, const FrameHeader& h,
@@ -145,10 +147,7 @@ asio::awaitable<Status> Service::Lookup(SessionState& s, const FrameHeader& h,
     co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
   if (!*wait->result) co_return wait->result->status();
-  protocol::LookupReply rep;
-  rep.tiers.reserve((*wait->result)->tiers.size());
-  for (TierKind t : (*wait->result)->tiers) rep.tiers.push_back(ToWire(t));
-  protocol::EncodeLookupReply(h.request_id, rep, &reply->frame);
+  EncodeLookup(h, **wait->result, reply);
   co_return Status::Ok();
 }
 

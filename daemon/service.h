@@ -103,6 +103,9 @@ class Service {
                    Reply* reply);
   asio::awaitable<Status> Lookup(SessionState& s, const protocol::FrameHeader& h,
                                  const protocol::KeysRequest& r, Reply* reply);
+  // Both LOOKUPs' reply, from what the engine found.
+  void EncodeLookup(const protocol::FrameHeader& h, const engine::LookupResult& found,
+                    Reply* reply);
   Status Allocate(SessionState& s, const protocol::FrameHeader& h,
                   const protocol::AllocateRequest& r, Reply* reply);
   Status Commit(SessionState& s, const protocol::FrameHeader& h, const protocol::HandleRequest& r,
@@ -144,7 +147,7 @@ class Service {
   asio::thread_pool& copy_pool_;
   const KvEventPublisher* publisher_ = nullptr;
   std::vector<std::byte> master_secret_;
-  // LookupNow's, reused: no allocation a request once they have grown.
+  // The LOOKUPs', reused: no allocation a request once they have grown.
   engine::LookupResult lookup_found_;
   protocol::LookupReply lookup_reply_;
   uint64_t next_session_id_ = 1;
