@@ -190,7 +190,11 @@ asio::awaitable<void> ExitWhenIdle(asio::steady_timer& timer, Server& server,
 int Run(const DaemonConfig& config) {
   Log(LogLevel::kInfo, Str("kvtierd ", Version(), " starting, pid ", ::getpid()));
   Log(LogLevel::kInfo, Str("gpu: ", tiers::DescribeGpus()));
-  asio::io_context io(1);
+  // One thread runs io, and only it touches sockets and timers (engine
+  // completions from other threads are posted here): the reactor's
+  // per-descriptor locks would guard nothing, so they are off. Posting from
+  // other threads stays locked.
+  asio::io_context io(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO);
   // Declared before the executor, so the executor (which joins its threads)
   // goes first at teardown, once every completion has run.
   std::unique_ptr<engine::CacheEngine> engine;

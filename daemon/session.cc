@@ -139,17 +139,36 @@ void Session::OnDeadline() {
   socket_.close(ignored);
 }
 
-asio::awaitable<size_t> Session::ReadSome(std::span<std::byte> into, Deadline why,
-                                          Clock::time_point at) {
+void Session::ArmRead(Deadline why, Clock::time_point at) {
   if (why == Deadline::kNone) {
     Disarm();
   } else {
     Arm(why, at);
   }
+}
+
+asio::awaitable<size_t> Session::ReadSome(std::span<std::byte> into, Deadline why,
+                                          Clock::time_point at) {
+  ArmRead(why, at);
   boost::system::error_code ec;
   const size_t n = co_await socket_.async_read_some(asio::buffer(into.data(), into.size()),
                                                     asio::redirect_error(asio::use_awaitable, ec));
   co_return ec ? 0 : n;
+}
+
+bool Session::SendNow(std::span<const std::byte>* frame) {
+  const int sock = socket_.native_handle();
+  while (!frame->empty()) {
+    const ssize_t n = SendSome(sock, *frame);
+    if (n > 0) {
+      *frame = frame->subspan(static_cast<size_t>(n));
+    } else if (n == -EAGAIN || n == -EWOULDBLOCK) {
+      return true;  // the rest waits for the worker to read (Send)
+    } else if (n != -EINTR) {
+      return false;
+    }
+  }
+  return true;
 }
 
 asio::awaitable<Status> Session::Send(std::span<const std::byte> frame,
@@ -302,7 +321,8 @@ asio::awaitable<void> Session::Serve() {
       out.clear();
     }
     if (!out.empty()) {
-      if (!(co_await Send(out, {})).ok()) break;
+      std::span<const std::byte> rest = out;
+      if (!SendNow(&rest) || (!rest.empty() && !(co_await Send(rest, {})).ok())) break;
       out.clear();
     }
     if (closing || stopping_) break;
@@ -334,7 +354,13 @@ asio::awaitable<void> Session::Serve() {
       why = Deadline::kHello;
       at = hello_deadline;
     }
-    const size_t n = co_await ReadSome(std::span(in).subspan(end), why, at);
+    // (The read is awaited here, not through ReadSome: a coroutine frame
+    // less for every request.)
+    ArmRead(why, at);
+    boost::system::error_code ec;
+    size_t n = co_await socket_.async_read_some(asio::buffer(in.data() + end, in.size() - end),
+                                                asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) n = 0;
     if (n == 0) break;  // the peer left (perhaps mid-frame), a deadline passed, or Stop()
     end += n;
   }

@@ -68,9 +68,15 @@ class Session : public std::enable_shared_from_this<Session> {
   // Writes `frame` whole, with `fds` attached to its first byte; a write
   // that waits for the worker is bounded by reply_timeout_ms.
   asio::awaitable<Status> Send(std::span<const std::byte> frame, const std::vector<int>& fds);
+  // Sends what of `*frame` the socket takes now, without waiting, and
+  // leaves the rest in `*frame` (empty: all sent). False on an error that
+  // ends the connection. Most replies leave whole here, with no coroutine.
+  bool SendNow(std::span<const std::byte>* frame);
   // Reads what is there (at least a byte) into `into`; 0 at EOF, on an
   // error, or when `deadline` (unless kNone) passes first.
   asio::awaitable<size_t> ReadSome(std::span<std::byte> into, Deadline why, Clock::time_point at);
+  // Arms the timer for the read about to start (disarms it for kNone).
+  void ArmRead(Deadline why, Clock::time_point at);
   // The timer closes the connection at `at` unless re-armed or disarmed.
   void Arm(Deadline why, Clock::time_point at);
   void Disarm();

@@ -79,19 +79,30 @@ class ByteReader {
 
   // InvalidArgument unless the whole input has been read.
   Status ExpectEnd() const {
-    if (remaining() == 0) return Status::Ok();
-    return InvalidArgumentError(std::to_string(remaining()) + " trailing bytes after offset " +
-                                std::to_string(pos_));
+    if (remaining() == 0) [[likely]]
+      return Status::Ok();
+    return Trailing();
   }
 
   Status Need(std::string_view field, size_t n) const {
-    if (n <= remaining()) return Status::Ok();
+    if (n <= remaining()) [[likely]]
+      return Status::Ok();
+    return Truncated(field, n);
+  }
+
+ private:
+  // Need's error, out of line: the check itself inlines into every read, so
+  // decoding a frame is a run of compares, not of calls.
+  [[gnu::cold, gnu::noinline]] Status Truncated(std::string_view field, size_t n) const {
     return InvalidArgumentError("truncated: " + std::string(field) + " needs " + std::to_string(n) +
                                 " bytes at offset " + std::to_string(pos_) + ", " +
                                 std::to_string(remaining()) + " left");
   }
+  [[gnu::cold, gnu::noinline]] Status Trailing() const {
+    return InvalidArgumentError(std::to_string(remaining()) + " trailing bytes after offset " +
+                                std::to_string(pos_));
+  }
 
- private:
   template <typename T>
   Status Int(std::string_view field, size_t n, T* v) {
     KVTIER_RETURN_IF_ERROR(Need(field, n));

@@ -134,19 +134,25 @@ inline Status ReadOptionalKey(ByteReader& r, std::string_view field, std::option
 
 // A u32 count of up to `max` items of at least `item_bytes` each. Checks both
 // before anything is allocated for them.
+// ReadCount's errors, out of line (the checks inline into the hot path).
+[[gnu::cold, gnu::noinline]] inline Status CountError(const ByteReader& r, std::string_view what,
+                                                      uint32_t count, uint32_t max, uint64_t need) {
+  if (count > max) {
+    return InvalidArgumentError("too many " + std::string(what) + " (" + Num(count) + " > " +
+                                Num(max) + ")");
+  }
+  return InvalidArgumentError("truncated: " + Num(count) + " " + std::string(what) + " need " +
+                              Num(need) + " bytes at offset " + Num(r.offset()) + ", " +
+                              Num(r.remaining()) + " left");
+}
+
 inline Status ReadCount(ByteReader& r, std::string_view what, uint32_t max, size_t item_bytes,
                         uint32_t* count) {
   KVTIER_RETURN_IF_ERROR(r.U32(what, count));
-  if (*count > max) {
-    return InvalidArgumentError("too many " + std::string(what) + " (" + Num(*count) + " > " +
-                                Num(max) + ")");
-  }
   // 64-bit math: count < 2^32 and item_bytes <= 16 cannot overflow.
   const uint64_t need = uint64_t{*count} * item_bytes;
-  if (need > r.remaining()) {
-    return InvalidArgumentError("truncated: " + Num(*count) + " " + std::string(what) + " need " +
-                                Num(need) + " bytes at offset " + Num(r.offset()) + ", " +
-                                Num(r.remaining()) + " left");
+  if (*count > max || need > r.remaining()) [[unlikely]] {
+    return CountError(r, what, *count, max, need);
   }
   return Status::Ok();
 }
@@ -161,9 +167,16 @@ inline Status ReadKeys(ByteReader& r, uint32_t max_keys, std::vector<BlockKey>* 
   keys->resize(count);
   static_assert(std::endian::native == std::endian::little,
                 "keys are copied as host integers; a big-endian port must swap");
-  for (size_t i = 0; i < count; ++i) {
-    std::memcpy(&(*keys)[i].lo, bytes.data() + i * kKeyBytes, 8);
-    std::memcpy(&(*keys)[i].hi, bytes.data() + i * kKeyBytes + 8, 8);
+  // (Through local pointers: stores through the vector's own would make the
+  // compiler reload its data pointer after each, as bytes may alias it.)
+  const std::byte* from = bytes.data();
+  BlockKey* to = keys->data();
+  for (size_t i = 0; i < count; ++i, from += kKeyBytes) {
+    uint64_t lo, hi;
+    std::memcpy(&lo, from, 8);
+    std::memcpy(&hi, from + 8, 8);
+    to[i].lo = lo;
+    to[i].hi = hi;
   }
   return Status::Ok();
 }
