@@ -7,6 +7,7 @@
 // run ends on a block not cached here asks it for the rest first: one call
 // into remote.cc (LookupRemote, AcquireWithRemote); without one, RemoteStart
 // answers nothing and everything below stays in this file.
+#include <array>
 #include <utility>
 #include <vector>
 
@@ -32,11 +33,15 @@ Status CacheEngine::Lookup(NamespaceId ns, std::span<const BlockKey> keys, Looku
   if (lookup_ids_.size() < keys.size()) lookup_ids_.resize(keys.size());
   const size_t hits = index_.LeadingRun(ns, keys, lookup_ids_);
   found->tiers.resize(hits);
+  // (Counted here, then added: an increment in memory a key is a chain of
+  // dependent loads and stores.)
+  std::array<uint64_t, kNumTierKinds> tier_hits{};
   for (size_t i = 0; i < hits; ++i) {
     const TierKind tier = blocks_[lookup_ids_[i]].tier;
     found->tiers[i] = tier;
-    ++stats_.tiers[Index(tier)].lookup_hits;
+    ++tier_hits[Index(tier)];
   }
+  for (size_t t = 0; t < kNumTierKinds; ++t) stats_.tiers[t].lookup_hits += tier_hits[t];
   found->hits = hits;
   if (hits < keys.size()) {
     NamespaceUse& use = ns_use_[ns];

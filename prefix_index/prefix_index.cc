@@ -54,12 +54,29 @@ size_t PrefixIndex::Walk(NamespaceId ns, std::span<const BlockKey> keys, Found f
   // A table this small, and its nodes, stay in the cache: the prefetches
   // below would only add instructions (a fifth of a LOOKUP's walk).
   if (table_.size() <= kPrefetchFromSlots) {
+    // A chain's next key is most often its last key's newest child (a
+    // prefix that has not branched there): one node compared instead of a
+    // hash and a probe. Any other key is looked up in the table.
     size_t run = 0;
+    EntryId last = kNoEntry;
     for (const BlockKey& key : keys) {
-      const uint64_t slot = table_[FindSlot(ns, key, HashOf(ns, key))];
-      if (slot == kEmptySlot || !visible(SlotId(slot))) break;
-      found(run, SlotId(slot));
+      EntryId id = kNoEntry;
+      if (last != kNoEntry) {
+        const EntryId child = nodes_[last].first_child;
+        if (child != kNoEntry) {
+          const Node& c = nodes_[child];
+          if (c.key.lo == key.lo && c.key.hi == key.hi && c.ns == ns) id = child;
+        }
+      }
+      if (id == kNoEntry) {
+        const uint64_t slot = table_[FindSlot(ns, key, HashOf(ns, key))];
+        if (slot == kEmptySlot) break;
+        id = SlotId(slot);
+      }
+      if (!visible(id)) break;
+      found(run, id);
       ++run;
+      last = id;
     }
     return run;
   }

@@ -102,6 +102,63 @@ TEST(PrefixIndexTest, LeadingRunGivesTheEntriesFindWould) {
   }
 }
 
+// A small index's walk takes a chain's next key from its last key's newest
+// child when it can. Across branches (the next key an older child, or no
+// child of the last key at all), namespaces that share keys, orphans whose
+// parent was erased and written again, and hidden entries, the run is the
+// one Find gives key by key.
+TEST(PrefixIndexTest, LeadingRunAcrossBranchesAndOrphansIsFindsRun) {
+  PrefixIndex index;
+  std::mt19937_64 rng(7);
+  std::vector<std::vector<BlockKey>> chains;
+  for (int c = 0; c < 60; ++c) {
+    // Each chain shares a random prefix of an earlier one, then goes on.
+    std::vector<BlockKey> keys;
+    if (!chains.empty()) {
+      const auto& base = chains[rng() % chains.size()];
+      keys.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(rng() % base.size()));
+    }
+    while (keys.size() < 12) keys.push_back(K(1000 * static_cast<uint64_t>(c) + keys.size()));
+    chains.push_back(keys);
+  }
+  for (NamespaceId ns : {NamespaceId{0}, NamespaceId{1}}) {
+    for (size_t c = ns; c < chains.size(); c += 1 + ns) {  // ns 1 holds every other chain
+      EntryId parent = kNoEntry;
+      for (const BlockKey& key : chains[c]) {
+        EntryId id = index.Find(ns, key);
+        if (id == kNoEntry) {
+          id = index.Insert(ns, key, parent);
+          index.SetVisible(id, true);
+        }
+        parent = id;
+      }
+    }
+  }
+  // Orphans: an interior block erased, and one of them written again
+  // without its children.
+  for (size_t c : {size_t{3}, size_t{17}, size_t{40}}) {
+    if (const EntryId id = index.Find(0, chains[c][4]); id != kNoEntry) index.Erase(id);
+  }
+  ASSERT_EQ(index.Find(0, chains[17][4]), kNoEntry);
+  index.SetVisible(index.Insert(0, chains[17][4], index.Find(0, chains[17][3])), true);
+  index.SetVisible(index.Find(1, chains[9][6]), false);
+  for (NamespaceId ns : {NamespaceId{0}, NamespaceId{1}}) {
+    for (const auto& keys : chains) {
+      size_t want = 0;
+      std::vector<EntryId> want_ids;
+      for (const BlockKey& key : keys) {
+        const EntryId id = index.Find(ns, key);
+        if (id == kNoEntry || !index.visible(id)) break;
+        want_ids.push_back(id);
+        ++want;
+      }
+      std::vector<EntryId> found(keys.size(), kNoEntry);
+      ASSERT_EQ(index.LeadingRun(ns, keys, found), want);
+      for (size_t i = 0; i < want; ++i) EXPECT_EQ(found[i], want_ids[i]) << ns << " " << i;
+    }
+  }
+}
+
 TEST(PrefixIndexTest, ParentChildLinksAndOrphans) {
   PrefixIndex index;
   const EntryId root = index.Insert(0, K(1), kNoEntry);
