@@ -152,6 +152,7 @@ Server::Server(asio::io_context& io, Service& service, const DaemonConfig& confi
       service_(service),
       config_(config),
       acceptor_(std::move(acceptor)),
+      readiness_(io),
       path_(config.socket_path) {}
 
 Server::~Server() { Stop(); }
@@ -212,7 +213,7 @@ asio::awaitable<void> Server::Accept() {
     }
     const bool refused = !refusal.ok();
     auto session = std::make_shared<Session>(std::move(socket), service_, config_, session_logs_,
-                                             peer, std::move(refusal));
+                                             readiness_, peer, std::move(refusal));
     (refused ? refusing_ : sessions_).push_back(session);
     asio::co_spawn(io_, Session::Run(session), asio::detached);
   }

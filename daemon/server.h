@@ -20,6 +20,7 @@
 #include "daemon/asio.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
+#include "daemon/readiness.h"
 #include "daemon/service.h"
 #include "daemon/session.h"
 
@@ -63,6 +64,8 @@ class Server {
   Service& service_;
   const DaemonConfig& config_;
   asio::local::stream_protocol::acceptor acceptor_;
+  // Where the sessions wait for their requests.
+  ReadinessSet readiness_;
   std::string path_;
   std::list<std::weak_ptr<Session>> sessions_;
   std::list<std::weak_ptr<Session>> refusing_;  // refused, answering their first request

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -61,23 +62,50 @@ protocol::FrameHeader RawHeader(std::span<const std::byte> header) {
 }  // namespace
 
 Session::Session(asio::local::stream_protocol::socket socket, Service& service,
-                 const DaemonConfig& config, SessionLogs& logs, PeerCredentials peer,
-                 Status refusal)
+                 const DaemonConfig& config, SessionLogs& logs, ReadinessSet& readiness,
+                 PeerCredentials peer, Status refusal)
     : socket_(std::move(socket)),
       service_(service),
       config_(config),
       logs_(logs),
       refusal_(std::move(refusal)),
+      readiness_(readiness),
       timer_(socket_.get_executor()) {
   state_.peer = peer;
+}
+
+void Session::TakeSocket() {
+  if (!reader_.Watch(readiness_, socket_.native_handle())) return;
+  boost::system::error_code ec;
+  const int fd = socket_.release(ec);
+  if (ec) {
+    reader_.Unwatch();
+    return;
+  }
+  fd_ = fd;
+  own_fd_ = true;
+}
+
+void Session::CloseSocket() {
+  reader_.Unwatch();
+  if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+}
+
+void Session::WakeReader() {
+  if (!reader_.waiting()) return;
+  asio::post(socket_.get_executor(), [weak = weak_from_this()] {
+    if (std::shared_ptr<Session> self = weak.lock()) self->reader_.Complete();
+  });
 }
 
 void Session::Stop() {
   stopping_ = true;
   // A read in progress ends with EOF; a reply being written still goes out,
   // but a worker that does not read it gets a second, not reply_timeout_ms.
-  boost::system::error_code ignored;
-  socket_.shutdown(asio::socket_base::shutdown_receive, ignored);
+  if (Fd() >= 0) ::shutdown(Fd(), SHUT_RD);
+  WakeReader();
   if (armed_ == Deadline::kReply) Arm(Deadline::kReply, std::min(armed_at_, StopDeadline()));
 }
 
@@ -135,8 +163,8 @@ void Session::OnDeadline() {
       return;
   }
   // Ends the read or the write the coroutine waits in; it then cleans up.
-  boost::system::error_code ignored;
-  socket_.close(ignored);
+  CloseSocket();
+  WakeReader();
 }
 
 void Session::ArmRead(Deadline why, Clock::time_point at) {
@@ -157,7 +185,7 @@ asio::awaitable<size_t> Session::ReadSome(std::span<std::byte> into, Deadline wh
 }
 
 bool Session::SendNow(std::span<const std::byte>* frame) {
-  const int sock = socket_.native_handle();
+  const int sock = Fd();
   while (!frame->empty()) {
     const ssize_t n = SendSome(sock, *frame);
     if (n > 0) {
@@ -177,7 +205,7 @@ asio::awaitable<Status> Session::Send(std::span<const std::byte> frame,
   bool fds_pending = !fds.empty();
   bool waited = false;
   while (!frame.empty()) {
-    const int sock = socket_.native_handle();
+    const int sock = Fd();
     const ssize_t n = fds_pending ? SendWithFds(sock, frame, fds) : SendSome(sock, frame);
     if (n > 0) {
       frame = frame.subspan(static_cast<size_t>(n));
@@ -198,8 +226,14 @@ asio::awaitable<Status> Session::Send(std::span<const std::byte> frame,
     }
     waited = true;
     boost::system::error_code ec;
-    co_await socket_.async_wait(asio::socket_base::wait_write,
-                                asio::redirect_error(asio::use_awaitable, ec));
+    if (own_fd_) {
+      // (A deadline closes the socket and completes the wait; the next
+      // send then fails.)
+      co_await reader_.AsyncWaitWritable(asio::redirect_error(asio::use_awaitable, ec));
+    } else {
+      co_await socket_.async_wait(asio::socket_base::wait_write,
+                                  asio::redirect_error(asio::use_awaitable, ec));
+    }
     if (ec) {
       status = UnavailableError(ec.message());
       break;
@@ -235,11 +269,11 @@ asio::awaitable<void> Session::Refuse() {
     (co_await Send(frame, {})).IgnoreError();
   }
   Disarm();
-  boost::system::error_code ignored;
-  socket_.close(ignored);
+  CloseSocket();
 }
 
 asio::awaitable<void> Session::Serve() {
+  TakeSocket();
   state_.id = service_.OpenSession();
   const auto max_payload = static_cast<uint32_t>(config_.max_payload_bytes);
   const auto hello_deadline = Clock::now() + std::chrono::milliseconds(config_.hello_timeout_ms);
@@ -264,6 +298,7 @@ asio::awaitable<void> Session::Serve() {
   bool partial = false;
   Clock::time_point frame_since;
   bool closing = false;
+  bool may_read = false;  // the last read filled its space
   while (!closing) {
     while (!closing && end - begin >= protocol::kHeaderBytes) {
       const std::span<const std::byte> header(in.data() + begin, protocol::kHeaderBytes);
@@ -354,19 +389,43 @@ asio::awaitable<void> Session::Serve() {
       why = Deadline::kHello;
       at = hello_deadline;
     }
-    // (The read is awaited here, not through ReadSome: a coroutine frame
-    // less for every request.)
     ArmRead(why, at);
-    boost::system::error_code ec;
-    size_t n = co_await socket_.async_read_some(asio::buffer(in.data() + end, in.size() - end),
-                                                asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) n = 0;
+    size_t n = 0;
+    const size_t space = in.size() - end;
+    if (own_fd_) {
+      // Read only when the kernel said bytes came, or the last read filled
+      // its space (more may wait): one recv a request (ReadinessSet).
+      for (;;) {
+        if (!may_read && !reader_.TakeReady())
+          co_await reader_.AsyncWaitReadable(asio::use_awaitable);
+        may_read = false;
+        if (stopping_) break;
+        // (Closed by a deadline: -1, and recv fails.)
+        const ssize_t got = ::recv(fd_, in.data() + end, space, MSG_DONTWAIT);
+        if (got > 0) {
+          n = static_cast<size_t>(got);
+          may_read = n == space;
+          break;
+        }
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (got < 0 && errno == EINTR) {
+          may_read = true;
+          continue;
+        }
+        break;  // end of file, or an error: the connection ends
+      }
+    } else {
+      // (Awaited here, not through ReadSome: a coroutine frame less.)
+      boost::system::error_code ec;
+      n = co_await socket_.async_read_some(asio::buffer(in.data() + end, space),
+                                           asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) n = 0;
+    }
     if (n == 0) break;  // the peer left (perhaps mid-frame), a deadline passed, or Stop()
     end += n;
   }
   Disarm();
-  boost::system::error_code ignored;
-  socket_.close(ignored);
+  CloseSocket();
   if (!state_.allocations.empty() || !state_.leases.empty()) {
     Log(LogLevel::kInfo, Str("session ", state_.id, " left with ", state_.allocations.size(),
                              " open writes and ", state_.leases.size(), " leases; freeing them"));

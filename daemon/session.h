@@ -26,6 +26,7 @@
 
 #include "daemon/asio.h"
 #include "daemon/log.h"
+#include "daemon/readiness.h"
 #include "daemon/service.h"
 
 namespace kvtier::daemon {
@@ -48,8 +49,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // request, after which it closes: the peer may not attach (allow lists)
   // or the daemon serves max_sessions already. A refused connection is not
   // a session: it reads one frame header, at most hello_timeout_ms.
+  // A session waits for its requests through `readiness` (where it can add
+  // the socket), which must outlive it.
   Session(asio::local::stream_protocol::socket socket, Service& service, const DaemonConfig& config,
-          SessionLogs& logs, PeerCredentials peer, Status refusal = Status::Ok());
+          SessionLogs& logs, ReadinessSet& readiness, PeerCredentials peer,
+          Status refusal = Status::Ok());
 
   // Runs until the peer leaves, a frame is malformed, a deadline passes, or
   // Stop(). The coroutine owns `self`, so the session lives exactly as long
@@ -81,6 +85,13 @@ class Session : public std::enable_shared_from_this<Session> {
   void Arm(Deadline why, Clock::time_point at);
   void Disarm();
   void OnDeadline();
+  // Takes the socket from Asio into the readiness set, where it can.
+  void TakeSocket();
+  // Closes the socket (out of the readiness set first).
+  void CloseSocket();
+  // Resumes a wait for readability soon (posted), so that the session sees
+  // the socket closed or shut down.
+  void WakeReader();
   // When a stopping session gives up on a worker that does not read.
   static Clock::time_point StopDeadline();
 
@@ -90,6 +101,14 @@ class Session : public std::enable_shared_from_this<Session> {
   SessionLogs& logs_;
   const Status refusal_;
   SessionState state_;
+  // A serving session takes its socket from Asio (fd_, own_fd_) and waits
+  // for it in the readiness set; a refusing one, or one whose socket the
+  // set could not take, stays with Asio.
+  int Fd() { return own_fd_ ? fd_ : socket_.native_handle(); }
+  ReadinessSet& readiness_;
+  ReadinessSet::Waiter reader_;
+  int fd_ = -1;  // -1 once closed
+  bool own_fd_ = false;
   asio::steady_timer timer_;
   Deadline armed_ = Deadline::kNone;
   Clock::time_point armed_at_;

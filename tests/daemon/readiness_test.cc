@@ -1,0 +1,199 @@
+// ReadinessSet (daemon/readiness.h) over real socket pairs and a real
+// io_context: the waits complete on bytes, end of file and writability,
+// not before; news that comes while nobody waits, or while a write waits,
+// is kept; Complete() ends a wait; the set's teardown frees what still
+// waits.
+#include "daemon/readiness.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <memory>
+#include <vector>
+
+namespace kvtier::daemon {
+namespace {
+
+struct Pair {
+  Pair() {
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+    ours = fds[0];
+    theirs = fds[1];
+  }
+  ~Pair() {
+    if (ours >= 0) ::close(ours);
+    if (theirs >= 0) ::close(theirs);
+  }
+  int ours = -1;
+  int theirs = -1;
+};
+
+// Runs what is ready now, without blocking.
+void Settle(asio::io_context& io) {
+  io.restart();
+  io.poll();
+}
+
+TEST(ReadinessSetTest, ReadWaitCompletesWhenBytesComeNotBefore) {
+  asio::io_context io;
+  ReadinessSet set(io);
+  ASSERT_TRUE(set.ok());
+  Pair p;
+  ReadinessSet::Waiter w;
+  ASSERT_TRUE(w.Watch(set, p.ours));
+  // A new socket is read before its first wait: bytes may predate the set.
+  EXPECT_TRUE(w.TakeReady());
+  EXPECT_FALSE(w.TakeReady());
+
+  int completions = 0;
+  w.AsyncWaitReadable([&](boost::system::error_code ec) {
+    EXPECT_FALSE(ec);
+    ++completions;
+  });
+  EXPECT_TRUE(w.waiting());
+  Settle(io);
+  EXPECT_EQ(completions, 0) << "completed with nothing to read";
+
+  ASSERT_EQ(::write(p.theirs, "x", 1), 1);
+  Settle(io);
+  EXPECT_EQ(completions, 1);
+  EXPECT_FALSE(w.waiting());
+  // The event was the wait's: no second read is owed.
+  EXPECT_FALSE(w.TakeReady());
+
+  // Bytes that come while nobody waits are kept for the next wait.
+  ASSERT_EQ(::write(p.theirs, "y", 1), 1);
+  w.AsyncWaitReadable([&](boost::system::error_code) { ++completions; });
+  Settle(io);
+  EXPECT_EQ(completions, 2);
+  char buf[4];
+  EXPECT_EQ(::read(p.ours, buf, sizeof buf), 2);
+}
+
+TEST(ReadinessSetTest, NewsWhileBusyIsKeptForTakeReady) {
+  asio::io_context io;
+  ReadinessSet set(io);
+  Pair a, b;
+  ReadinessSet::Waiter wa, wb;
+  ASSERT_TRUE(wa.Watch(set, a.ours));
+  ASSERT_TRUE(wb.Watch(set, b.ours));
+  wa.TakeReady();
+  wb.TakeReady();
+  // b waits and a does not: when both get bytes, b is resumed and a's news
+  // is kept.
+  int b_done = 0;
+  wb.AsyncWaitReadable([&](boost::system::error_code) { ++b_done; });
+  ASSERT_EQ(::write(a.theirs, "a", 1), 1);
+  ASSERT_EQ(::write(b.theirs, "b", 1), 1);
+  Settle(io);
+  EXPECT_EQ(b_done, 1);
+  EXPECT_TRUE(wa.TakeReady());
+  EXPECT_FALSE(wb.TakeReady());
+}
+
+TEST(ReadinessSetTest, EndOfFileCompletesTheWait) {
+  asio::io_context io;
+  ReadinessSet set(io);
+  Pair p;
+  ReadinessSet::Waiter w;
+  ASSERT_TRUE(w.Watch(set, p.ours));
+  w.TakeReady();
+  int done = 0;
+  w.AsyncWaitReadable([&](boost::system::error_code) { ++done; });
+  ::close(std::exchange(p.theirs, -1));
+  Settle(io);
+  EXPECT_EQ(done, 1);
+}
+
+TEST(ReadinessSetTest, WriteWaitCompletesWhenThePeerDrainsAndKeepsReadNews) {
+  asio::io_context io;
+  ReadinessSet set(io);
+  Pair p;
+  ReadinessSet::Waiter w;
+  ASSERT_TRUE(w.Watch(set, p.ours));
+  w.TakeReady();
+  // Fill our side until it takes no more.
+  std::vector<char> chunk(64 * 1024, 'z');
+  while (::write(p.ours, chunk.data(), chunk.size()) > 0) {
+  }
+  ASSERT_EQ(errno, EAGAIN);
+  int done = 0;
+  w.AsyncWaitWritable([&](boost::system::error_code) { ++done; });
+  Settle(io);
+  EXPECT_EQ(done, 0) << "a full socket reported writable";
+
+  // A request comes while the write waits: the wait ends, and the news is
+  // kept for the read that follows the write.
+  ASSERT_EQ(::write(p.theirs, "r", 1), 1);
+  Settle(io);
+  EXPECT_EQ(done, 1);
+  EXPECT_TRUE(w.TakeReady());
+
+  // Still full: the next write wait ends when the peer reads, not at once
+  // for the unread request.
+  w.AsyncWaitWritable([&](boost::system::error_code) { ++done; });
+  Settle(io);
+  EXPECT_EQ(done, 1);
+  while (::read(p.theirs, chunk.data(), chunk.size()) > 0) {
+  }
+  Settle(io);
+  EXPECT_EQ(done, 2);
+  // ("r" is still unread, and each event says so.)
+  EXPECT_TRUE(w.TakeReady());
+}
+
+TEST(ReadinessSetTest, CompleteEndsAWaitAndAClosedSocketLeavesTheSet) {
+  asio::io_context io;
+  ReadinessSet set(io);
+  Pair p;
+  ReadinessSet::Waiter w;
+  ASSERT_TRUE(w.Watch(set, p.ours));
+  w.TakeReady();
+  int done = 0;
+  w.AsyncWaitReadable([&](boost::system::error_code) { ++done; });
+  w.Complete();
+  EXPECT_EQ(done, 1);
+  w.Complete();  // nothing waits: nothing happens
+  EXPECT_EQ(done, 1);
+  // With nobody waiting the set holds no work: run() returns (a daemon
+  // whose sessions were stopped exits).
+  io.restart();
+  io.run();
+
+  // Out of the set, bytes wake nobody (a deadline closed the socket; its
+  // fd number may already be another connection's).
+  w.Unwatch();
+  w.AsyncWaitReadable([&](boost::system::error_code) { ++done; });
+  ASSERT_EQ(::write(p.theirs, "x", 1), 1);
+  Settle(io);
+  EXPECT_EQ(done, 1);
+  w.Complete();
+  EXPECT_EQ(done, 2);
+}
+
+TEST(ReadinessSetTest, TeardownDestroysTheHandlersThatStillWait) {
+  auto owned = std::make_shared<int>(7);
+  std::weak_ptr<int> seen = owned;
+  Pair p;
+  {
+    asio::io_context io;
+    auto w = std::make_unique<ReadinessSet::Waiter>();
+    {
+      ReadinessSet set(io);
+      ASSERT_TRUE(w->Watch(set, p.ours));
+      w->TakeReady();
+      // The handler owns the only reference, as a session's coroutine owns
+      // its session.
+      w->AsyncWaitReadable([keep = std::move(owned)](boost::system::error_code) {});
+      EXPECT_FALSE(seen.expired());
+    }
+    EXPECT_TRUE(seen.expired()) << "a waiting handler outlived the set";
+    EXPECT_FALSE(w->watching());
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::daemon
