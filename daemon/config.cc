@@ -287,6 +287,7 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
                                            "reply_timeout_ms",
                                            "copy_threads",
                                            "busy_poll_us",
+                                           "session_wait",
                                            "idle_exit_s",
                                            "secret"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_owner", NameOrId(&c.socket_owner)));
@@ -316,6 +317,7 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "max_keys", Uint32(&c.max_keys)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "copy_threads", Uint32(&c.copy_threads)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "busy_poll_us", Uint32(&c.busy_poll_us)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "session_wait", String(&c.session_wait)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "idle_exit_s", Uint32(&c.idle_exit_s)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "secret", String(&c.secret_hex)));
   }
@@ -431,6 +433,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   };
   // Flags are read as text, so that byte counts take units ("64MiB") and an
   // unset flag leaves the file's value alone.
+  std::string session_wait;
   std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
       host_huge_pages, host_admission, device_mode, device_capacity, device_policy,
       device_admission, ssd_capacity, ssd_max_write_per_day, ssd_policy, ssd_admission, ssd_prepare;
@@ -494,6 +497,10 @@ ParsedArgs ParseArgs(int argc, char** argv) {
                  "threads copying inline bytes" + Default(d.copy_threads));
   app.add_option("--busy-poll-us", busy_poll_us,
                  "poll this long after work before sleeping, 0 = off" + Default(d.busy_poll_us));
+  app.add_option("--session-wait", session_wait,
+                 "where sessions wait for requests: auto, set (kvtierd's own epoll set) or "
+                 "asio" +
+                     Default(d.session_wait));
   app.add_option(
       "--idle-exit-s", idle_exit_s,
       "exit once no connection has been open this long, 0 = never" + Default(d.idle_exit_s));
@@ -625,6 +632,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (max_keys != 0) c.max_keys = max_keys;
   if (copy_threads != 0) c.copy_threads = copy_threads;
   if (busy_poll_us) c.busy_poll_us = *busy_poll_us;
+  if (!session_wait.empty()) c.session_wait = session_wait;
   if (idle_exit_s) c.idle_exit_s = *idle_exit_s;
   if (!secret.empty()) c.secret_hex = secret;
   if (!host_policy.empty()) c.host_policy = host_policy;

@@ -96,6 +96,12 @@ struct DaemonConfig {
   // across CPUs costs tens of microseconds, more than a request. Burns at
   // most this much CPU per burst of traffic; 0 turns it off.
   uint32_t busy_poll_us = 200;
+  // Where a session waits for its next request: "set", kvtierd's own
+  // edge-triggered epoll set (one recv a request; the set costs two calls
+  // a batch of ready sessions); "asio", Asio's reactor (no call to wait,
+  // but a failed read before each request); "auto" chooses by load: the set
+  // while three or more sessions are busy at once (daemon/readiness.h).
+  std::string session_wait = "auto";
   // Exit, as on SIGTERM, once no connection has been open for this long
   // (seconds); 0 = never. For a daemon started on demand by its workers
   // (the Python package's socket="auto"), so that it goes when they have.

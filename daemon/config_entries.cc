@@ -69,6 +69,7 @@ std::vector<ConfigEntry> ConfigEntries(const DaemonConfig& c) {
       {"server.max_keys", Num(c.max_keys)},
       {"server.copy_threads", Num(c.copy_threads)},
       {"server.busy_poll_us", Num(c.busy_poll_us)},
+      {"server.session_wait", Quoted(c.session_wait)},
       {"server.idle_exit_s", Num(c.idle_exit_s)},
       {"server.secret", Quoted(c.secret_hex)},
       {"host.capacity", Quoted(ConfigBytes(c.host_capacity_bytes))},

@@ -53,6 +53,10 @@ Status DaemonConfig::Validate() const {
     return InvalidArgumentError("max_keys must be between 1 and 65536");
   }
   if (busy_poll_us > 10'000) return InvalidArgumentError("busy_poll_us must be at most 10000");
+  if (session_wait != "auto" && session_wait != "set" && session_wait != "asio") {
+    return InvalidArgumentError("session_wait must be auto, set or asio, not '" + session_wait +
+                                "'");
+  }
   if (!socket_owner.empty()) KVTIER_RETURN_IF_ERROR(ResolveUser(socket_owner).status());
   if (!socket_group.empty()) KVTIER_RETURN_IF_ERROR(ResolveGroup(socket_group).status());
   if (max_sessions == 0 || max_sessions > 1'000'000) {

@@ -21,7 +21,14 @@ constexpr uint32_t kNews = EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR;
 
 }  // namespace
 
-ReadinessSet::ReadinessSet(asio::io_context& io) : epoll_(io) {
+ReadinessSet::Choice ReadinessSet::ParseChoice(const std::string& name) {
+  if (name == "set") return Choice::kSet;
+  if (name == "asio") return Choice::kAsio;
+  return Choice::kAuto;
+}
+
+ReadinessSet::ReadinessSet(asio::io_context& io, Choice choice) : choice_(choice), epoll_(io) {
+  if (choice_ == Choice::kAsio) return;  // (never used: ok() false)
   const int fd = ::epoll_create1(EPOLL_CLOEXEC);
   if (fd < 0) {
     Log(LogLevel::kWarn,
@@ -44,6 +51,7 @@ ReadinessSet::~ReadinessSet() {
     waiters_ = w->next_;
     if (waiters_ != nullptr) waiters_->prev_ = nullptr;
     w->set_ = nullptr;
+    w->fd_ = -1;
     w->prev_ = w->next_ = nullptr;
     w->handler_.Reset();
   }
@@ -52,16 +60,19 @@ ReadinessSet::~ReadinessSet() {
 }
 
 bool ReadinessSet::Waiter::Watch(ReadinessSet& set, int fd) {
-  if (!set.ok() || set_ != nullptr) return false;
+  if (!set.ok() || (set_ != nullptr && set_ != &set) || fd_ >= 0) return false;
   epoll_event ev{};
   ev.events = kReadEvents;
   ev.data.ptr = this;
   if (::epoll_ctl(set.epoll_.native_handle(), EPOLL_CTL_ADD, fd, &ev) != 0) return false;
-  set_ = &set;
+  if (set_ == nullptr) {
+    set_ = &set;
+    next_ = set.waiters_;
+    if (next_ != nullptr) next_->prev_ = this;
+    set.waiters_ = this;
+  }
   fd_ = fd;
-  next_ = set.waiters_;
-  if (next_ != nullptr) next_->prev_ = this;
-  set.waiters_ = this;
+  want_out_ = false;
   // Bytes may have come before the socket joined the set: read first.
   ready_ = true;
   return true;

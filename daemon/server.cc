@@ -152,7 +152,7 @@ Server::Server(asio::io_context& io, Service& service, const DaemonConfig& confi
       service_(service),
       config_(config),
       acceptor_(std::move(acceptor)),
-      readiness_(io),
+      readiness_(io, ReadinessSet::ParseChoice(config.session_wait)),
       path_(config.socket_path) {}
 
 Server::~Server() { Stop(); }

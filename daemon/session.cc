@@ -74,21 +74,35 @@ Session::Session(asio::local::stream_protocol::socket socket, Service& service,
   state_.peer = peer;
 }
 
-void Session::TakeSocket() {
-  if (!reader_.Watch(readiness_, socket_.native_handle())) return;
+void Session::PlaceSocket(bool in_set) {
+  if (in_set == own_fd_) return;
   boost::system::error_code ec;
-  const int fd = socket_.release(ec);
-  if (ec) {
+  if (in_set) {
+    const int fd = socket_.native_handle();
+    if (fd < 0 || !reader_.Watch(readiness_, fd)) return;
+    socket_.release(ec);  // out of Asio's epoll set; the fd stays open
+    if (ec) {
+      reader_.Unwatch();
+      return;
+    }
+    fd_ = fd;
+    own_fd_ = true;
+  } else if (fd_ >= 0) {
     reader_.Unwatch();
-    return;
+    socket_.assign(asio::local::stream_protocol(), fd_, ec);
+    if (ec) {
+      reader_.Watch(readiness_, fd_);  // (stays in the set)
+      return;
+    }
+    fd_ = -1;
+    own_fd_ = false;
   }
-  fd_ = fd;
-  own_fd_ = true;
 }
 
 void Session::CloseSocket() {
   reader_.Unwatch();
-  if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  if (own_fd_ && fd_ >= 0) ::close(fd_);
+  fd_ = -1;
   boost::system::error_code ignored;
   socket_.close(ignored);
 }
@@ -273,7 +287,6 @@ asio::awaitable<void> Session::Refuse() {
 }
 
 asio::awaitable<void> Session::Serve() {
-  TakeSocket();
   state_.id = service_.OpenSession();
   const auto max_payload = static_cast<uint32_t>(config_.max_payload_bytes);
   const auto hello_deadline = Clock::now() + std::chrono::milliseconds(config_.hello_timeout_ms);
@@ -392,6 +405,9 @@ asio::awaitable<void> Session::Serve() {
     ArmRead(why, at);
     size_t n = 0;
     const size_t space = in.size() - end;
+    // Many sessions busy at once: wait in the readiness set; few: in Asio's
+    // reactor, where a lone session's wait costs no call (ReadinessSet).
+    PlaceSocket(readiness_.WaitHere());
     if (own_fd_) {
       // Read only when the kernel said bytes came, or the last read filled
       // its space (more may wait): one recv a request (ReadinessSet).
@@ -421,6 +437,7 @@ asio::awaitable<void> Session::Serve() {
                                            asio::redirect_error(asio::use_awaitable, ec));
       if (ec) n = 0;
     }
+    readiness_.NoteRead(&read_window_);
     if (n == 0) break;  // the peer left (perhaps mid-frame), a deadline passed, or Stop()
     end += n;
   }

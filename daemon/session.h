@@ -85,8 +85,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void Arm(Deadline why, Clock::time_point at);
   void Disarm();
   void OnDeadline();
-  // Takes the socket from Asio into the readiness set, where it can.
-  void TakeSocket();
+  // Moves the socket from Asio's reactor into the readiness set (`in_set`:
+  // the session then waits there) or back, where it can; the fd stays open.
+  void PlaceSocket(bool in_set);
   // Closes the socket (out of the readiness set first).
   void CloseSocket();
   // Resumes a wait for readability soon (posted), so that the session sees
@@ -101,14 +102,16 @@ class Session : public std::enable_shared_from_this<Session> {
   SessionLogs& logs_;
   const Status refusal_;
   SessionState state_;
-  // A serving session takes its socket from Asio (fd_, own_fd_) and waits
-  // for it in the readiness set; a refusing one, or one whose socket the
-  // set could not take, stays with Asio.
+  // A session's socket is in one epoll set at a time: Asio's (socket_)
+  // while few sessions are busy, the readiness set's (fd_, own_fd_) while
+  // many are (ReadinessSet::dense()). A refusing session, or one whose
+  // socket the set could not take, stays with Asio.
   int Fd() { return own_fd_ ? fd_ : socket_.native_handle(); }
   ReadinessSet& readiness_;
   ReadinessSet::Waiter reader_;
-  int fd_ = -1;  // -1 once closed
+  int fd_ = -1;  // while own_fd_; -1 once closed
   bool own_fd_ = false;
+  uint64_t read_window_ = 0;  // ReadinessSet::NoteRead
   asio::steady_timer timer_;
   Deadline armed_ = Deadline::kNone;
   Clock::time_point armed_at_;

@@ -21,10 +21,12 @@ std::vector<BlockKey> Keys(uint64_t stem, size_t n) {
   return keys;
 }
 
-class BadInputTest : public ::testing::Test {
+// Each test runs with the sessions waiting for requests where kvtierd
+// chooses (Asio's reactor, for so few clients) and in its own epoll set.
+class BadInputTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    daemon_ = Daemon::Start();
+    daemon_ = Daemon::Start({"--session-wait", GetParam()});
     ASSERT_NE(daemon_, nullptr);
     good_ = Attach("model-a");
     ASSERT_NE(good_, nullptr);
@@ -92,7 +94,7 @@ class BadInputTest : public ::testing::Test {
   uint64_t next_id_ = 1;
 };
 
-TEST_F(BadInputTest, TruncatedFrameClosesOnlyThatConnection) {
+TEST_P(BadInputTest, TruncatedFrameClosesOnlyThatConnection) {
   auto frame = ValidLookup();
   frame.resize(frame.size() - 5);  // the peer leaves before the payload ends
   Outcome o = SendBad(frame, true, /*half_close=*/true);
@@ -101,7 +103,7 @@ TEST_F(BadInputTest, TruncatedFrameClosesOnlyThatConnection) {
   ExpectGoodClientUnaffected();
 }
 
-TEST_F(BadInputTest, WrongMagicGetsAnErrorAndClose) {
+TEST_P(BadInputTest, WrongMagicGetsAnErrorAndClose) {
   auto frame = ValidLookup();
   frame[0] = std::byte{'X'};
   Outcome o = SendBad(frame);
@@ -112,7 +114,7 @@ TEST_F(BadInputTest, WrongMagicGetsAnErrorAndClose) {
   ExpectGoodClientUnaffected();
 }
 
-TEST_F(BadInputTest, LengthPastTheCapGetsAnErrorAndClose) {
+TEST_P(BadInputTest, LengthPastTheCapGetsAnErrorAndClose) {
   auto frame = ValidLookup();
   const uint32_t huge = 0x7fffffff;
   std::memcpy(frame.data() + 16, &huge, 4);
@@ -126,7 +128,7 @@ TEST_F(BadInputTest, LengthPastTheCapGetsAnErrorAndClose) {
   ExpectGoodClientUnaffected();
 }
 
-TEST_F(BadInputTest, WrongVersionGetsAnErrorAndClose) {
+TEST_P(BadInputTest, WrongVersionGetsAnErrorAndClose) {
   auto frame = ValidLookup();
   const uint16_t v = protocol::kMaxVersion + 1;
   std::memcpy(frame.data() + 4, &v, 2);
@@ -137,7 +139,7 @@ TEST_F(BadInputTest, WrongVersionGetsAnErrorAndClose) {
   ExpectGoodClientUnaffected();
 }
 
-TEST_F(BadInputTest, UnknownOpcodeGetsAnErrorAndClose) {
+TEST_P(BadInputTest, UnknownOpcodeGetsAnErrorAndClose) {
   auto frame = ValidLookup();
   const uint16_t op = 999;
   std::memcpy(frame.data() + 6, &op, 2);
@@ -148,7 +150,7 @@ TEST_F(BadInputTest, UnknownOpcodeGetsAnErrorAndClose) {
   ExpectGoodClientUnaffected();
 }
 
-TEST_F(BadInputTest, TooManyKeysGetsAnErrorAndClose) {
+TEST_P(BadInputTest, TooManyKeysGetsAnErrorAndClose) {
   std::vector<std::byte> frame;
   protocol::EncodeKeys(Opcode::kLookup, 5, Keys(9, protocol::kMaxKeys + 1), &frame);
   Outcome o = SendBad(frame);
@@ -158,7 +160,7 @@ TEST_F(BadInputTest, TooManyKeysGetsAnErrorAndClose) {
   ExpectGoodClientUnaffected();
 }
 
-TEST_F(BadInputTest, RequestBeforeHelloIsRefused) {
+TEST_P(BadInputTest, RequestBeforeHelloIsRefused) {
   Outcome o = SendBad(ValidLookup(), /*attach=*/false);
   ASSERT_TRUE(o.reply.has_value());
   EXPECT_EQ(o.reply->header.status, static_cast<uint16_t>(StatusCode::kFailedPrecondition));
@@ -166,7 +168,7 @@ TEST_F(BadInputTest, RequestBeforeHelloIsRefused) {
   ExpectGoodClientUnaffected();
 }
 
-TEST_F(BadInputTest, CommitOfAnAllocationNeverMadeIsAnErrorAndTheConnectionLives) {
+TEST_P(BadInputTest, CommitOfAnAllocationNeverMadeIsAnErrorAndTheConnectionLives) {
   auto c = Attach("model-a");
   ASSERT_NE(c, nullptr);
   std::vector<std::byte> frame;
@@ -185,7 +187,7 @@ TEST_F(BadInputTest, CommitOfAnAllocationNeverMadeIsAnErrorAndTheConnectionLives
   ExpectGoodClientUnaffected();
 }
 
-TEST_F(BadInputTest, ReleaseOfAnotherSessionsLeaseIsRefused) {
+TEST_P(BadInputTest, ReleaseOfAnotherSessionsLeaseIsRefused) {
   // The good client takes a lease...
   std::vector<std::byte> frame;
   protocol::EncodeAcquire(next_id_++, {protocol::WireTier::kHost, Keys(1, 3)}, &frame);
@@ -213,7 +215,7 @@ TEST_F(BadInputTest, ReleaseOfAnotherSessionsLeaseIsRefused) {
   ExpectGoodClientUnaffected();
 }
 
-TEST_F(BadInputTest, LayoutThatDoesNotMatchTheNamespaceIsRefused) {
+TEST_P(BadInputTest, LayoutThatDoesNotMatchTheNamespaceIsRefused) {
   auto c = RawConnection::Open(daemon_->socket());
   protocol::HelloRequest hello = TestHello("model-a");
   hello.layout.head_dim = 128;  // model-a was registered with 64
@@ -228,7 +230,7 @@ TEST_F(BadInputTest, LayoutThatDoesNotMatchTheNamespaceIsRefused) {
   ExpectGoodClientUnaffected();
 }
 
-TEST_F(BadInputTest, PipelinedRequestsAreAnsweredInOrder) {
+TEST_P(BadInputTest, PipelinedRequestsAreAnsweredInOrder) {
   std::vector<std::byte> frames;
   for (uint64_t id = 100; id < 110; ++id) {
     protocol::EncodeKeys(Opcode::kLookup, id, Keys(1, id % 4), &frames);
@@ -241,6 +243,9 @@ TEST_F(BadInputTest, PipelinedRequestsAreAnsweredInOrder) {
     EXPECT_EQ(protocol::DecodeLookupReply(r->payload)->tiers.size(), std::min<size_t>(id % 4, 3));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(SessionWait, BadInputTest, ::testing::Values("auto", "set"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace kvtier::testing

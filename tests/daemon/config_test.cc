@@ -58,6 +58,7 @@ max_payload = "8MiB"
 max_keys = 1024
 copy_threads = 3
 busy_poll_us = 0
+session_wait = "set"
 secret = "00112233445566778899aabbccddeeff"
 socket_owner = 0
 socket_group = "0"
@@ -94,6 +95,7 @@ admission = "seen"
   EXPECT_EQ(c->max_keys, 1024u);
   EXPECT_EQ(c->copy_threads, 3u);
   EXPECT_EQ(c->busy_poll_us, 0u);
+  EXPECT_EQ(c->session_wait, "set");
   EXPECT_EQ(c->socket_owner, "0");
   EXPECT_EQ(c->socket_group, "0");
   EXPECT_EQ(c->allow_uids, (std::vector<uint32_t>{1000, 1001}));
@@ -151,6 +153,9 @@ TEST_F(ConfigTest, ValidateRejectsBadValues) {
   EXPECT_FALSE(c.Validate().ok());
   c = {};
   c.ssd_admission = "always";
+  EXPECT_FALSE(c.Validate().ok());
+  c = {};
+  c.session_wait = "sometimes";
   EXPECT_FALSE(c.Validate().ok());
   c = {};
   c.secret_hex = "abc";
@@ -218,6 +223,7 @@ TEST_F(ConfigTest, TheShippedConfigFileIsTheDefaults) {
   EXPECT_EQ(c->max_keys, d.max_keys);
   EXPECT_EQ(c->copy_threads, d.copy_threads);
   EXPECT_EQ(c->busy_poll_us, d.busy_poll_us);
+  EXPECT_EQ(c->session_wait, d.session_wait);
   EXPECT_EQ(c->host_capacity_bytes, d.host_capacity_bytes);
   EXPECT_EQ(c->host_slab_bytes, d.host_slab_bytes);
   EXPECT_EQ(c->host_reserve_memory, d.host_reserve_memory);

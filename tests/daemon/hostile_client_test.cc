@@ -40,9 +40,14 @@ std::string Text(std::span<const std::byte> payload) {
   return {reinterpret_cast<const char*>(payload.data()), payload.size()};
 }
 
-class HostileClientTest : public ::testing::Test {
+// Each test runs with the sessions waiting for requests where kvtierd
+// chooses (these tests' few clients: Asio's reactor) and in its own epoll
+// set (server.session_wait, daemon/readiness.h).
+class HostileClientTest : public ::testing::TestWithParam<std::string> {
  protected:
   void Start(std::vector<std::string> args) {
+    args.push_back("--session-wait");
+    args.push_back(GetParam());
     daemon_ = Daemon::Start(std::move(args));
     ASSERT_NE(daemon_, nullptr);
     good_ = Connect();
@@ -111,7 +116,7 @@ class HostileClientTest : public ::testing::Test {
   std::vector<BlockKey> chain_;
 };
 
-TEST_F(HostileClientTest, ClientThatNeverReadsItsRepliesIsHeldBackThenClosed) {
+TEST_P(HostileClientTest, ClientThatNeverReadsItsRepliesIsHeldBackThenClosed) {
   Start({"--reply-timeout-ms", "2000"});
   ExpectGoodClientLive(10);
   const uint64_t rss_before = ResidentBytes(daemon_->pid());
@@ -164,7 +169,7 @@ TEST_F(HostileClientTest, ClientThatNeverReadsItsRepliesIsHeldBackThenClosed) {
   ExpectGoodClientLive();
 }
 
-TEST_F(HostileClientTest, StopDoesNotWaitForAClientThatNeverReads) {
+TEST_P(HostileClientTest, StopDoesNotWaitForAClientThatNeverReads) {
   Start({});  // the default reply timeout, 30 s
   auto hostile = Attach();
   ASSERT_NE(hostile, nullptr);
@@ -185,7 +190,7 @@ TEST_F(HostileClientTest, StopDoesNotWaitForAClientThatNeverReads) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
-TEST_F(HostileClientTest, ConnectionsThatNeverSayHelloAreClosed) {
+TEST_P(HostileClientTest, ConnectionsThatNeverSayHelloAreClosed) {
   Start({"--hello-timeout-ms", "1000"});
   std::vector<std::unique_ptr<RawConnection>> silent;
   for (int i = 0; i < 100; ++i) {
@@ -224,7 +229,7 @@ bool Trickle(RawConnection& c, std::span<const std::byte> bytes, std::chrono::mi
   return true;
 }
 
-TEST_F(HostileClientTest, FrameTrickledAByteAtATimeStallsNoOne) {
+TEST_P(HostileClientTest, FrameTrickledAByteAtATimeStallsNoOne) {
   Start({"--frame-timeout-ms", "1500"});
   std::vector<std::byte> hello, lookup;
   protocol::EncodeHello(1, TestHello("m"), &hello);
@@ -267,7 +272,7 @@ TEST_F(HostileClientTest, FrameTrickledAByteAtATimeStallsNoOne) {
   ExpectGoodClientLive();
 }
 
-TEST_F(HostileClientTest, SessionsPastTheLimitAreRefusedWithAClearError) {
+TEST_P(HostileClientTest, SessionsPastTheLimitAreRefusedWithAClearError) {
   Start({"--max-sessions", "4"});
   std::vector<std::unique_ptr<Client>> others;
   for (int i = 0; i < 3; ++i) others.push_back(Connect());  // 4 with the good one
@@ -301,7 +306,7 @@ TEST_F(HostileClientTest, SessionsPastTheLimitAreRefusedWithAClearError) {
   EXPECT_TRUE(again.ok()) << again.status().ToString();
 }
 
-TEST_F(HostileClientTest, LeasesAndOpenWritesPastTheLimitAreRefusedAndTheSessionGoesOn) {
+TEST_P(HostileClientTest, LeasesAndOpenWritesPastTheLimitAreRefusedAndTheSessionGoesOn) {
   Start({"--max-leases-per-session", "8", "--max-allocations-per-session", "4"});
   auto c = Connect();
   std::vector<client::ReadLease> leases;
@@ -366,7 +371,7 @@ TEST_F(HostileClientTest, LeasesAndOpenWritesPastTheLimitAreRefusedAndTheSession
   EXPECT_EQ(s.at("pending_blocks"), "0");
 }
 
-TEST_F(HostileClientTest, NewNamespacesPastTheLimitAreRefusedAndKnownOnesStillAttach) {
+TEST_P(HostileClientTest, NewNamespacesPastTheLimitAreRefusedAndKnownOnesStillAttach) {
   Start({"--max-namespaces", "3"});  // the good client's "m" is one
   std::vector<std::unique_ptr<Client>> others;
   for (const char* model : {"a", "b"}) {
@@ -397,6 +402,9 @@ TEST_F(HostileClientTest, NewNamespacesPastTheLimitAreRefusedAndKnownOnesStillAt
   EXPECT_NE(log.find(line), std::string::npos) << log;
   EXPECT_EQ(log.find(line), log.rfind(line)) << log;
 }
+
+INSTANTIATE_TEST_SUITE_P(SessionWait, HostileClientTest, ::testing::Values("auto", "set"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace kvtier::testing

@@ -145,7 +145,7 @@ TEST(ReadinessSetTest, WriteWaitCompletesWhenThePeerDrainsAndKeepsReadNews) {
   EXPECT_TRUE(w.TakeReady());
 }
 
-TEST(ReadinessSetTest, CompleteEndsAWaitAndAClosedSocketLeavesTheSet) {
+TEST(ReadinessSetTest, CompleteEndsAWaitAndASocketOutOfTheSetWakesNoOne) {
   asio::io_context io;
   ReadinessSet set(io);
   Pair p;
@@ -172,6 +172,14 @@ TEST(ReadinessSetTest, CompleteEndsAWaitAndAClosedSocketLeavesTheSet) {
   EXPECT_EQ(done, 1);
   w.Complete();
   EXPECT_EQ(done, 2);
+
+  // Back in the set (from Asio's reactor), the byte that came meanwhile is
+  // not lost: it is read first, and a wait sees it too.
+  ASSERT_TRUE(w.Watch(set, p.ours));
+  EXPECT_TRUE(w.TakeReady());
+  w.AsyncWaitReadable([&](boost::system::error_code) { ++done; });
+  Settle(io);
+  EXPECT_EQ(done, 3);
 }
 
 TEST(ReadinessSetTest, TeardownDestroysTheHandlersThatStillWait) {
@@ -193,6 +201,25 @@ TEST(ReadinessSetTest, TeardownDestroysTheHandlersThatStillWait) {
     EXPECT_TRUE(seen.expired()) << "a waiting handler outlived the set";
     EXPECT_FALSE(w->watching());
   }
+}
+
+TEST(ReadinessSetTest, DenseWhenSeveralSessionsReadWithinAWindow) {
+  asio::io_context io;
+  ReadinessSet set(io);
+  EXPECT_FALSE(set.dense());
+  // One session, however busy, is not dense.
+  uint64_t one = 0;
+  for (int i = 0; i < 1000; ++i) set.NoteRead(&one);
+  EXPECT_FALSE(set.dense());
+  // Two taking turns are not yet (break-even); five are.
+  std::array<uint64_t, 5> five{};
+  for (int i = 0; i < 1000; ++i) set.NoteRead(&five[static_cast<size_t>(i) % 2]);
+  EXPECT_FALSE(set.dense());
+  for (int i = 0; i < 1000; ++i) set.NoteRead(&five[static_cast<size_t>(i) % 5]);
+  EXPECT_TRUE(set.dense());
+  // Back to one: no longer, within a window or two.
+  for (int i = 0; i < 300; ++i) set.NoteRead(&one);
+  EXPECT_FALSE(set.dense());
 }
 
 }  // namespace
