@@ -37,12 +37,23 @@ void Settle(asio::io_context& io) {
   io.poll();
 }
 
-TEST(ReadinessSetTest, ReadWaitCompletesWhenBytesComeNotBefore) {
+// One socket pair, our end watched by `w` in `set`.
+class ReadinessSetTest : public ::testing::Test {
+ protected:
+  // Watches our end, its first read (owed to any new socket) taken.
+  void WatchQuietly() {
+    ASSERT_TRUE(w.Watch(set, p.ours));
+    w.TakeReady();
+  }
+
   asio::io_context io;
-  ReadinessSet set(io);
-  ASSERT_TRUE(set.ok());
+  ReadinessSet set{io};
   Pair p;
   ReadinessSet::Waiter w;
+};
+
+TEST_F(ReadinessSetTest, ReadWaitCompletesWhenBytesComeNotBefore) {
+  ASSERT_TRUE(set.ok());
   ASSERT_TRUE(w.Watch(set, p.ours));
   // A new socket is read before its first wait: bytes may predate the set.
   EXPECT_TRUE(w.TakeReady());
@@ -73,9 +84,7 @@ TEST(ReadinessSetTest, ReadWaitCompletesWhenBytesComeNotBefore) {
   EXPECT_EQ(::read(p.ours, buf, sizeof buf), 2);
 }
 
-TEST(ReadinessSetTest, NewsWhileBusyIsKeptForTakeReady) {
-  asio::io_context io;
-  ReadinessSet set(io);
+TEST_F(ReadinessSetTest, NewsWhileBusyIsKeptForTakeReady) {
   Pair a, b;
   ReadinessSet::Waiter wa, wb;
   ASSERT_TRUE(wa.Watch(set, a.ours));
@@ -94,13 +103,8 @@ TEST(ReadinessSetTest, NewsWhileBusyIsKeptForTakeReady) {
   EXPECT_FALSE(wb.TakeReady());
 }
 
-TEST(ReadinessSetTest, EndOfFileCompletesTheWait) {
-  asio::io_context io;
-  ReadinessSet set(io);
-  Pair p;
-  ReadinessSet::Waiter w;
-  ASSERT_TRUE(w.Watch(set, p.ours));
-  w.TakeReady();
+TEST_F(ReadinessSetTest, EndOfFileCompletesTheWait) {
+  WatchQuietly();
   int done = 0;
   w.AsyncWaitReadable([&](boost::system::error_code) { ++done; });
   ::close(std::exchange(p.theirs, -1));
@@ -108,13 +112,8 @@ TEST(ReadinessSetTest, EndOfFileCompletesTheWait) {
   EXPECT_EQ(done, 1);
 }
 
-TEST(ReadinessSetTest, WriteWaitCompletesWhenThePeerDrainsAndKeepsReadNews) {
-  asio::io_context io;
-  ReadinessSet set(io);
-  Pair p;
-  ReadinessSet::Waiter w;
-  ASSERT_TRUE(w.Watch(set, p.ours));
-  w.TakeReady();
+TEST_F(ReadinessSetTest, WriteWaitCompletesWhenThePeerDrainsAndKeepsReadNews) {
+  WatchQuietly();
   // Fill our side until it takes no more.
   std::vector<char> chunk(64 * 1024, 'z');
   while (::write(p.ours, chunk.data(), chunk.size()) > 0) {
@@ -145,13 +144,8 @@ TEST(ReadinessSetTest, WriteWaitCompletesWhenThePeerDrainsAndKeepsReadNews) {
   EXPECT_TRUE(w.TakeReady());
 }
 
-TEST(ReadinessSetTest, CompleteEndsAWaitAndASocketOutOfTheSetWakesNoOne) {
-  asio::io_context io;
-  ReadinessSet set(io);
-  Pair p;
-  ReadinessSet::Waiter w;
-  ASSERT_TRUE(w.Watch(set, p.ours));
-  w.TakeReady();
+TEST_F(ReadinessSetTest, CompleteEndsAWaitAndASocketOutOfTheSetWakesNoOne) {
+  WatchQuietly();
   int done = 0;
   w.AsyncWaitReadable([&](boost::system::error_code) { ++done; });
   w.Complete();
@@ -182,7 +176,7 @@ TEST(ReadinessSetTest, CompleteEndsAWaitAndASocketOutOfTheSetWakesNoOne) {
   EXPECT_EQ(done, 3);
 }
 
-TEST(ReadinessSetTest, TeardownDestroysTheHandlersThatStillWait) {
+TEST(ReadinessSetTeardownTest, DestroysTheHandlersThatStillWait) {
   auto owned = std::make_shared<int>(7);
   std::weak_ptr<int> seen = owned;
   Pair p;
@@ -203,9 +197,7 @@ TEST(ReadinessSetTest, TeardownDestroysTheHandlersThatStillWait) {
   }
 }
 
-TEST(ReadinessSetTest, DenseWhenSeveralSessionsReadWithinAWindow) {
-  asio::io_context io;
-  ReadinessSet set(io);
+TEST_F(ReadinessSetTest, DenseWhenSeveralSessionsReadWithinAWindow) {
   EXPECT_FALSE(set.dense());
   // One session, however busy, is not dense.
   uint64_t one = 0;
@@ -217,9 +209,20 @@ TEST(ReadinessSetTest, DenseWhenSeveralSessionsReadWithinAWindow) {
   EXPECT_FALSE(set.dense());
   for (int i = 0; i < 1000; ++i) set.NoteRead(&five[static_cast<size_t>(i) % 5]);
   EXPECT_TRUE(set.dense());
+  EXPECT_TRUE(set.WaitHere());
   // Back to one: no longer, within a window or two.
   for (int i = 0; i < 300; ++i) set.NoteRead(&one);
   EXPECT_FALSE(set.dense());
+  EXPECT_FALSE(set.WaitHere());
+
+  // server.session_wait = "set" or "asio": load does not matter.
+  ReadinessSet always(io, ReadinessSet::ParseChoice("set"));
+  ReadinessSet never(io, ReadinessSet::ParseChoice("asio"));
+  EXPECT_TRUE(always.WaitHere());
+  EXPECT_FALSE(never.WaitHere());
+  EXPECT_FALSE(never.ok());  // (no epoll set made)
+  for (int i = 0; i < 1000; ++i) never.NoteRead(&five[static_cast<size_t>(i) % 5]);
+  EXPECT_FALSE(never.WaitHere());
 }
 
 }  // namespace
