@@ -51,6 +51,49 @@ class IntegrationTest : public ::testing::Test {
   std::unique_ptr<Daemon> daemon_;
 };
 
+// Sessions move between Asio's reactor and kvtierd's own epoll set as the
+// load changes (server.session_wait = auto: the set while three or more
+// sessions read within a window, daemon/readiness.h), and every reply stays
+// right through the moves, a request larger than one read included.
+TEST_F(IntegrationTest, RepliesStayRightAsSessionsMoveBetweenEpollSets) {
+  // (Not busy-polling, kvtierd wakes after a long request has come whole:
+  // one event for all of it.)
+  Start({"--busy-poll-us", "0"});
+  auto writer = Connect();
+  ASSERT_NE(writer, nullptr);
+  const auto keys = Put(*writer, RandomTokens(7, 16 * 8));
+  ASSERT_EQ(keys.size(), 8u);
+  // The 8 present keys, then ~80 KB of absent ones: more than a session
+  // reads at once (64 KiB), so the read that fills its space is followed by
+  // another, not by a wait.
+  std::vector<BlockKey> long_request = keys;
+  for (uint64_t i = 0; i < 5000; ++i) long_request.push_back({0xabcdef, i});
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.push_back(Connect());
+    ASSERT_NE(clients.back(), nullptr);
+  }
+  auto lookups = [&](size_t sessions, size_t rounds) {
+    for (size_t r = 0; r < rounds; ++r) {
+      for (size_t c = 0; c < sessions; ++c) {
+        const size_t len = 1 + (r + c) % keys.size();
+        auto hit = clients[c]->Lookup(std::span(keys).first(len));
+        ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+        ASSERT_EQ(hit->tiers.size(), len);
+      }
+      if (r % 50 == 0) {
+        auto hit = clients[r % sessions]->Lookup(long_request);
+        ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+        ASSERT_EQ(hit->tiers.size(), keys.size());
+      }
+    }
+  };
+  lookups(6, 300);  // six sessions taking turns: into the set
+  lookups(1, 600);  // one: back to Asio
+  lookups(6, 300);
+  lookups(2, 300);
+}
+
 TEST_F(IntegrationTest, SecondClientHitsWhatTheFirstCommittedWithEqualBytes) {
   Start();
   auto a = Connect();
