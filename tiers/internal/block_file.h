@@ -14,9 +14,10 @@
 // is shorter than asked) → Corruption; any other errno → IoError. Messages
 // carry the path, the offset and strerror.
 //
-// Thread-safety: WriteAt, ReadAt and Sync may be called from many
-// threads at once (pwrite/pread on one fd); Truncate too, though callers
-// should not shrink a file under concurrent I/O.
+// Thread-safety: WriteAt, ReadAt(InParts) and Sync may be called from many
+// threads at once (pwrite/pread on one fd, an AIO context lent per read);
+// Truncate too, though callers should not shrink a file under concurrent
+// I/O.
 #pragma once
 
 #include <sys/types.h>
@@ -73,6 +74,18 @@ class BlockFile {
   // Fills all of `out` from `offset`; Corruption when the file ends first.
   // REQUIRES: as WriteAt. On error the contents of `out` are unspecified.
   virtual Status ReadAt(uint64_t offset, std::span<std::byte> out) = 0;
+  // ReadAt, with `out` read as parts of `part` bytes (the last one shorter)
+  // that are in flight together, and `landed(p)` called on each part in
+  // order as soon as it and every part before it are in `out`: the caller's
+  // work on one part (a checksum) overlaps the reading of the next. On
+  // error, `landed` may have seen some parts; nothing is in flight when it
+  // returns. This default reads all with ReadAt, then calls `landed` on each
+  // part; the real file reads the parts through Linux AIO when it does
+  // direct I/O. REQUIRES: as ReadAt, and `part` a positive multiple of
+  // kBlockFileAlignment.
+  using PartFn = std::function<void(std::span<const std::byte>)>;
+  virtual Status ReadAtInParts(uint64_t offset, std::span<std::byte> out, size_t part,
+                               const PartFn& landed);
   // fdatasync: written data and the file's size reach stable storage.
   virtual Status Sync() = 0;
   // Sets the file's size (ftruncate): growing is sparse and costs no disk.

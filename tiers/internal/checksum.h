@@ -14,4 +14,22 @@ namespace kvtier::tiers::internal {
 
 uint64_t BlockChecksum(std::span<const std::byte> bytes);
 
+// BlockChecksum of bytes fed in parts, in order: the same value as one call
+// over all of them (XXH3's streaming form), so that a reader can checksum
+// each part of a block as it lands while the next is still being read.
+class BlockChecksumStream {
+ public:
+  BlockChecksumStream();
+  ~BlockChecksumStream();
+  BlockChecksumStream(const BlockChecksumStream&) = delete;
+  BlockChecksumStream& operator=(const BlockChecksumStream&) = delete;
+
+  void Update(std::span<const std::byte> bytes);
+  uint64_t Digest() const;
+
+ private:
+  struct State;
+  State* state_;
+};
+
 }  // namespace kvtier::tiers::internal
