@@ -503,6 +503,70 @@ TEST_F(SsdStoreTest, FlippedByteOnDiskIsCorruption) {
   EXPECT_EQ(store->Read(r, out.span()).code(), StatusCode::kCorruption);
 }
 
+// A block of more than one read part (2 MiB: four parts of 512 KiB) is read
+// in parts, each checksummed as it lands: a flipped byte in the first or
+// the last part is Corruption, and an intact block reads back whole.
+TEST_F(SsdStoreTest, ABlockReadInPartsIsCheckedInEveryPart) {
+  std::vector<SsdRecord> written;
+  {
+    auto store = Open(Options());
+    ASSERT_NE(store, nullptr);
+    for (uint64_t i = 0; i < 3; ++i) written.push_back(Put(*store, 20 + i, 2 * kMiB));
+  }
+  const std::string path = dir_ + "/blocks.dat";
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  for (const auto& [r, at] :
+       {std::pair{written[0], uint64_t{3}}, std::pair{written[1], 2 * kMiB - 5}}) {
+    char c = 0;
+    const auto off = static_cast<off_t>(r.slot.offset() + at);
+    ASSERT_EQ(::pread(fd, &c, 1, off), 1);
+    c = static_cast<char>(c ^ 0x10);
+    ASSERT_EQ(::pwrite(fd, &c, 1, off), 1);
+  }
+  ::close(fd);
+  auto store = Open(Options());
+  ASSERT_NE(store, nullptr);
+  Block out = MakeBlock(0, 2 * kMiB);
+  EXPECT_EQ(store->Read(written[0], out.span()).code(), StatusCode::kCorruption);
+  EXPECT_EQ(store->Read(written[1], out.span()).code(), StatusCode::kCorruption);
+  ExpectReads(*store, written[2], 22);
+}
+
+// Parts in flight through Linux AIO (direct I/O), and the default of a
+// buffered file: every part handed over in order, in place, with the file's
+// bytes; more than 16 parts' worth read in larger parts; past the file's end
+// Corruption, as ReadAt says it.
+TEST(BlockFileTest, ReadAtInPartsHandsEveryPartOverInOrder) {
+  kvtier::testing::TempDir root(::testing::TempDir() + "block_file_parts_test");
+  const size_t size = 2 * kMiB + 12 * kKiB;  // parts of 512 KiB, the last short
+  Block want = MakeBlock(5, size);
+  for (bool direct : {true, false}) {
+    auto file = OpenBlockFile(root / (direct ? "direct" : "buffered"), direct, nullptr);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    ASSERT_TRUE((*file)->WriteAt(0, want.span()).ok());
+    for (size_t part : {size_t{512 * kKiB}, size_t{4 * kKiB}, size_t{4 * kMiB}}) {
+      Block got = MakeBlock(6, size);
+      size_t next = 0;
+      ASSERT_TRUE(
+          (*file)
+              ->ReadAtInParts(0, got.span(), part,
+                              [&](std::span<const std::byte> p) {
+                                EXPECT_EQ(p.data(), got.span().data() + next);
+                                EXPECT_EQ(
+                                    std::memcmp(p.data(), want.span().data() + next, p.size()), 0);
+                                next += p.size();
+                              })
+              .ok());
+      EXPECT_EQ(next, size) << "direct " << direct << ", part " << part;
+    }
+    Block beyond = MakeBlock(7, 2 * kMiB);
+    EXPECT_EQ((*file)->ReadAtInParts(1 * kMiB, beyond.span(), 512 * kKiB, [](auto) {}).code(),
+              StatusCode::kCorruption)
+        << "direct " << direct;
+  }
+}
+
 TEST_F(SsdStoreTest, TruncatedFileIsAnError) {
   std::vector<SsdRecord> written;
   {
