@@ -567,6 +567,35 @@ TEST(BlockFileTest, ReadAtInPartsHandsEveryPartOverInOrder) {
   }
 }
 
+// Reads in parts from several threads at once, each lent an AIO context of
+// the pool (and given it back) or a new one: every read gets its own bytes.
+TEST(BlockFileTest, ReadsInPartsFromManyThreadsEachGetTheirBytes) {
+  kvtier::testing::TempDir root(::testing::TempDir() + "block_file_threads_test");
+  auto file = OpenBlockFile(root / "f", true, nullptr);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  constexpr size_t kBlock = 1 * kMiB;
+  constexpr size_t kBlocks = 8;
+  for (size_t b = 0; b < kBlocks; ++b) {
+    Block block = MakeBlock(100 + b, kBlock);
+    ASSERT_TRUE((*file)->WriteAt(b * kBlock, block.span()).ok());
+  }
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Block got = MakeBlock(0, kBlock);
+      for (size_t i = 0; i < 20; ++i) {
+        const size_t b = (t * 3 + i) % kBlocks;
+        const Status s = (*file)->ReadAtInParts(b * kBlock, got.span(), 256 * kKiB, [](auto) {});
+        Block want = MakeBlock(100 + b, kBlock);
+        if (!s.ok() || std::memcmp(got.span().data(), want.span().data(), kBlock) != 0) ++wrong;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 TEST_F(SsdStoreTest, TruncatedFileIsAnError) {
   std::vector<SsdRecord> written;
   {

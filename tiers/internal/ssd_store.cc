@@ -664,10 +664,9 @@ Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
           file_
               ->ReadAtInParts(slot.offset(), out, kReadPartBytes,
                               [&](std::span<const std::byte> part) {
-                                const size_t take =
-                                    std::min(part.size(), record.block_bytes -
-                                                              std::min(fed, record.block_bytes));
-                                stream.Update(part.first(take));
+                                const size_t left =
+                                    record.block_bytes > fed ? record.block_bytes - fed : 0;
+                                stream.Update(part.first(std::min(part.size(), left)));
                                 fed += part.size();
                               })
               .WithContext("block " + record.key.ToHex()));

@@ -284,7 +284,7 @@ class SsdStore {
 
   mutable std::mutex ns_mu_;
   // Reads under way (Read): a read is made in parts only when it is alone.
-  alignas(64) mutable std::atomic<int> reads_in_flight_{0};
+  mutable std::atomic<int> reads_in_flight_{0};
   std::vector<SsdNamespace> namespaces_;  // GUARDED_BY(ns_mu_), indexed by id
 };
 
