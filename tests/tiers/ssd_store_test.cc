@@ -88,6 +88,18 @@ std::string Snapshot(const std::string& dir) {
   return out;
 }
 
+// Flips the low bit of the byte at `offset` of the file at `path`.
+void FlipByte(const std::string& path, uint64_t offset) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << path;
+  char c = 0;
+  const auto at = static_cast<off_t>(offset);
+  ASSERT_EQ(::pread(fd, &c, 1, at), 1);
+  c = static_cast<char>(c ^ 1);
+  ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
+  ::close(fd);
+}
+
 uint64_t DiskBytes(const std::string& path) {
   struct stat st {};
   EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
@@ -488,15 +500,7 @@ TEST_F(SsdStoreTest, FlippedByteOnDiskIsCorruption) {
     ASSERT_NE(store, nullptr);
     r = Put(*store, 7, 256 * kKiB);
   }
-  const std::string path = dir_ + "/blocks.dat";
-  const int fd = ::open(path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  char c = 0;
-  const off_t at = static_cast<off_t>(r.slot.offset() + 12'345);
-  ASSERT_EQ(::pread(fd, &c, 1, at), 1);
-  c = static_cast<char>(c ^ 1);
-  ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
-  ::close(fd);
+  FlipByte(dir_ + "/blocks.dat", r.slot.offset() + 12'345);
   auto store = Open(Options());
   ASSERT_NE(store, nullptr);
   Block out = MakeBlock(0, 256 * kKiB);
@@ -513,18 +517,8 @@ TEST_F(SsdStoreTest, ABlockReadInPartsIsCheckedInEveryPart) {
     ASSERT_NE(store, nullptr);
     for (uint64_t i = 0; i < 3; ++i) written.push_back(Put(*store, 20 + i, 2 * kMiB));
   }
-  const std::string path = dir_ + "/blocks.dat";
-  const int fd = ::open(path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  for (const auto& [r, at] :
-       {std::pair{written[0], uint64_t{3}}, std::pair{written[1], 2 * kMiB - 5}}) {
-    char c = 0;
-    const auto off = static_cast<off_t>(r.slot.offset() + at);
-    ASSERT_EQ(::pread(fd, &c, 1, off), 1);
-    c = static_cast<char>(c ^ 0x10);
-    ASSERT_EQ(::pwrite(fd, &c, 1, off), 1);
-  }
-  ::close(fd);
+  FlipByte(dir_ + "/blocks.dat", written[0].slot.offset() + 3);             // first part
+  FlipByte(dir_ + "/blocks.dat", written[1].slot.offset() + 2 * kMiB - 5);  // last part
   auto store = Open(Options());
   ASSERT_NE(store, nullptr);
   Block out = MakeBlock(0, 2 * kMiB);
