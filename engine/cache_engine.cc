@@ -210,17 +210,24 @@ CacheEngine::Block& CacheEngine::NewBlock(EntryId id, NamespaceId ns, const Bloc
   return b;
 }
 
-void CacheEngine::MakeIndexRoom() {
+void CacheEngine::MakeIndexRoom(size_t more) {
   // The index keeps its table up to 7/8 full, where linear probing's runs
   // grow long: an erase re-hashes the key of every slot up to the run's
   // end (about 30 at 7/8), and in replay, at tier sizes that left the
   // table that full, erasing took a third of the time. Reserved ahead, the
   // table stays at most half full (Reserve(r) makes at least 8r/7 slots);
   // its nodes are reserved too, but pages never written cost no memory.
-  if (index_.size() < index_room_) return;
-  const size_t reserve = (index_.size() + 1) * 7 / 2;
+  // Room for many entries at once (a restart's) is the room that adding
+  // them one by one would end with, reserved in one step: each step on
+  // the way would re-hash every entry before it.
+  const size_t want = index_.size() + more;
+  if (want <= index_room_) return;
+  size_t reserve = 0;
+  while (index_room_ < want) {
+    reserve = (std::max(index_room_, index_.size()) + 1) * 7 / 2;
+    index_room_ = reserve * 4 / 7;
+  }
   index_.Reserve(reserve);
-  index_room_ = reserve * 4 / 7;
 }
 
 void CacheEngine::TellReferences(NamespaceId ns, std::span<const BlockKey> keys) {

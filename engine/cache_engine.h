@@ -498,8 +498,8 @@ class CacheEngine {
   // ---- the core (cache_engine.cc)
   static size_t Index(TierKind kind) { return static_cast<size_t>(kind); }
   Status CheckNamespace(NamespaceId ns) const;
-  // Before an insert into the index: keeps its table at most half full.
-  void MakeIndexRoom();
+  // Before `more` inserts into the index: keeps its table at most half full.
+  void MakeIndexRoom(size_t more = 1);
   // A new block's entry in blocks_, for `key` of `ns` just inserted in the
   // index as `id`.
   Block& NewBlock(EntryId id, NamespaceId ns, const BlockKey& key);

@@ -45,12 +45,14 @@ size_t PrefixIndex::FindSlot(NamespaceId ns, const BlockKey& key, uint64_t hash)
 }
 
 EntryId PrefixIndex::Find(NamespaceId ns, const BlockKey& key) const {
+  assert(deferred_.empty());
   const uint64_t slot = table_[FindSlot(ns, key, HashOf(ns, key))];
   return slot == kEmptySlot ? kNoEntry : SlotId(slot);
 }
 
 template <typename Found>
 size_t PrefixIndex::Walk(NamespaceId ns, std::span<const BlockKey> keys, Found found) const {
+  assert(deferred_.empty());
   // A table this small, and its nodes, stay in the cache: the prefetches
   // below would only add instructions (a fifth of a LOOKUP's walk).
   if (table_.size() <= kPrefetchFromSlots) {
@@ -149,13 +151,48 @@ void PrefixIndex::Rehash(size_t slots) {
   }
 }
 
-void PrefixIndex::PrefetchInsert(NamespaceId ns, const BlockKey& key, EntryId parent) const {
-  __builtin_prefetch(&table_[HashOf(ns, key) & mask_]);
-  if (parent != kNoEntry) __builtin_prefetch(&nodes_[parent]);
-}
-
 EntryId PrefixIndex::Insert(NamespaceId ns, const BlockKey& key, EntryId parent) {
   assert(Find(ns, key) == kNoEntry);
+  const EntryId id = AddNode(ns, key, parent);
+  InsertSlot(id, HashOf(ns, key));
+  return id;
+}
+
+EntryId PrefixIndex::InsertDeferred(NamespaceId ns, const BlockKey& key, EntryId parent) {
+  const EntryId id = AddNode(ns, key, parent);
+  deferred_.push_back(id);
+  return id;
+}
+
+void PrefixIndex::PlaceDeferred() {
+  // A counting sort of the entries by the first bits of their home slots,
+  // into runs that each fill a stretch of the table small enough to stay
+  // in the cache (4,096 runs: the ends of all of them, a line each, fit
+  // in 256 KiB of cache as the sort writes them).
+  struct Home {
+    uint64_t hash;
+    EntryId id;
+  };
+  const int slot_bits = std::countr_zero(table_.size());
+  const int run_bits = std::min(slot_bits, 12);
+  const int shift = slot_bits - run_bits;
+  std::vector<size_t> first((size_t{1} << run_bits) + 1, 0);
+  std::vector<uint64_t> hashes(deferred_.size());
+  for (size_t i = 0; i < deferred_.size(); ++i) {
+    const Node& n = nodes_[deferred_[i]];
+    hashes[i] = HashOf(n.ns, n.key);
+    ++first[((hashes[i] & mask_) >> shift) + 1];
+  }
+  for (size_t r = 1; r < first.size(); ++r) first[r] += first[r - 1];
+  std::vector<Home> sorted(deferred_.size());
+  for (size_t i = 0; i < deferred_.size(); ++i) {
+    sorted[first[(hashes[i] & mask_) >> shift]++] = {hashes[i], deferred_[i]};
+  }
+  for (const Home& h : sorted) InsertSlot(h.id, h.hash);
+  std::vector<EntryId>().swap(deferred_);
+}
+
+EntryId PrefixIndex::AddNode(NamespaceId ns, const BlockKey& key, EntryId parent) {
   assert(parent == kNoEntry || live(parent));
   if ((size_ + 1) * 8 > table_.size() * 7) Grow();
 
@@ -176,7 +213,6 @@ EntryId PrefixIndex::Insert(NamespaceId ns, const BlockKey& key, EntryId parent)
     if (p.first_child != kNoEntry) nodes_[p.first_child].prev_sibling = id;
     p.first_child = id;
   }
-  InsertSlot(id, HashOf(ns, key));
   ++size_;
   return id;
 }
@@ -203,7 +239,7 @@ void PrefixIndex::EraseSlot(size_t hole) {
 }
 
 void PrefixIndex::Erase(EntryId id) {
-  assert(live(id));
+  assert(live(id) && deferred_.empty());
   Node& n = nodes_[id];
   EraseSlot(FindSlot(n.ns, n.key, HashOf(n.ns, n.key)));
 

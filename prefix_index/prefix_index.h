@@ -35,15 +35,24 @@ class PrefixIndex {
   // that many rehashes nothing (a warm restart knows how many come).
   void Reserve(size_t entries);
 
-  // Brings what Insert(ns, key, parent) touches into the cache ahead of it,
-  // for callers that insert many entries in an order the table does not
-  // follow (a warm restart).
-  void PrefetchInsert(NamespaceId ns, const BlockKey& key, EntryId parent) const;
-
   // Adds (ns, key) as a child of `parent`; kNoEntry makes it the first block
   // of a chain (a child of the namespace root). New entries are invisible.
   // REQUIRES: Find(ns, key) == kNoEntry; parent is kNoEntry or live.
   EntryId Insert(NamespaceId ns, const BlockKey& key, EntryId parent);
+
+  // Insert for many entries at once (a warm restart's millions): each gets
+  // its id and links at once, but goes into the table only at
+  // PlaceDeferred, which puts all of them there in the order of the table's
+  // slots. Inserted one by one in any other order, each entry of a large
+  // index costs a cache miss in the table. Until PlaceDeferred, Find,
+  // LeadingRun and Erase must not be called, and no two deferred entries
+  // may have the same key.
+  EntryId InsertDeferred(NamespaceId ns, const BlockKey& key, EntryId parent);
+  void PlaceDeferred();
+  // Brings the parent's node, which InsertDeferred links to, into the cache.
+  void PrefetchParent(EntryId parent) const {
+    if (parent != kNoEntry) __builtin_prefetch(&nodes_[parent]);
+  }
 
   // kNoEntry when absent (visible or not).
   EntryId Find(NamespaceId ns, const BlockKey& key) const;
@@ -110,6 +119,8 @@ class PrefixIndex {
   template <typename Found>
   size_t Walk(NamespaceId ns, std::span<const BlockKey> keys, Found found) const;
   void InsertSlot(EntryId id, uint64_t hash);
+  // Insert without the table.
+  EntryId AddNode(NamespaceId ns, const BlockKey& key, EntryId parent);
   void EraseSlot(size_t slot);
   void Grow();
   void Rehash(size_t slots);  // REQUIRES: slots a power of two, above size_ * 8 / 7
@@ -119,6 +130,7 @@ class PrefixIndex {
   size_t mask_ = 0;
   size_t size_ = 0;
   EntryId free_head_ = kNoEntry;
+  std::vector<EntryId> deferred_;  // InsertDeferred's, not yet in the table
 };
 
 }  // namespace kvtier::prefix_index

@@ -227,6 +227,64 @@ TEST(PrefixIndexTest, RandomOperationsMatchAModel) {
   }
 }
 
+// Entries inserted deferred (a warm restart's way), with the table growing
+// while they wait and entries inserted before them, are found, linked and
+// erased as entries inserted one by one are; keys built to share table
+// homes (seed 2) make long probe runs.
+TEST(PrefixIndexTest, DeferredInsertsArePlacedAsInsertsWouldBe) {
+  for (uint32_t seed : {1u, 2u}) {
+    std::mt19937_64 rng(seed);
+    PrefixIndex index;  // the smallest table: deferring 40,000 grows it
+    auto key = [&](uint64_t i) { return seed == 2 ? BlockKey{0, i} : K(i); };
+    std::map<std::pair<NamespaceId, BlockKey>, EntryId> model;
+    for (uint64_t i = 0; i < 100; ++i) {  // before: in the table already
+      const EntryId id = index.Insert(0, key(i), kNoEntry);
+      index.SetVisible(id, true);
+      model[{0, key(i)}] = id;
+    }
+    std::vector<std::pair<EntryId, EntryId>> links;  // (child, parent)
+    for (uint64_t i = 100; i < 40'100; ++i) {
+      const NamespaceId ns = static_cast<NamespaceId>(rng() % 2);
+      // The parent: a random earlier entry of the same namespace, if any.
+      EntryId parent = kNoEntry;
+      if (i % 4 != 0) {
+        auto it = model.lower_bound({ns, BlockKey{rng(), rng()}});
+        if (it != model.end() && it->first.first == ns) parent = it->second;
+      }
+      const EntryId id = index.InsertDeferred(ns, key(i), parent);
+      index.SetVisible(id, true);
+      model[{ns, key(i)}] = id;
+      links.emplace_back(id, parent);
+    }
+    index.PlaceDeferred();
+    ASSERT_EQ(index.size(), model.size());
+    for (const auto& [k, id] : model) ASSERT_EQ(index.Find(k.first, k.second), id);
+    for (uint64_t i = 50'000; i < 51'000; ++i) ASSERT_EQ(index.Find(0, key(i)), kNoEntry);
+    for (const auto& [child, parent] : links) {
+      ASSERT_EQ(index.parent(child), parent);
+      if (parent == kNoEntry) continue;
+      const std::vector<BlockKey> chain = {index.key(parent), index.key(child)};
+      EntryId ids[2];
+      ASSERT_EQ(index.LeadingRun(index.ns(child), chain, ids), 2u);
+      EXPECT_EQ(ids[1], child);
+    }
+    // Erasing every other entry (backward shifts through the placed runs)
+    // leaves the rest findable, and inserting after works as before.
+    size_t n = 0;
+    for (auto it = model.begin(); it != model.end();) {
+      if (n++ % 2 == 0) {
+        index.Erase(it->second);
+        it = model.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const auto& [k, id] : model) ASSERT_EQ(index.Find(k.first, k.second), id);
+    const EntryId late = index.Insert(1, key(60'000), kNoEntry);
+    EXPECT_EQ(index.Find(1, key(60'000)), late);
+  }
+}
+
 TEST(PrefixIndexTest, MemoryPerEntryIsSmall) {
   PrefixIndex index(1'000'000);
   InsertChain(index, 0, 0, 1'000'000);
