@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hash.h"
 #include "engine/cache_engine.h"
 #include "tiers/internal/ssd_store.h"
 
@@ -43,6 +44,12 @@ constexpr uint64_t kChain = 100;
 // rounded down to them: leave that much over the blocks' bytes.
 uint64_t Capacity(uint64_t blocks) { return blocks * kLayout.BlockBytes() + 64 * kMiB; }
 
+// Block i's key. Real keys are hashes, so the index (ordered by key) holds
+// a chain's blocks far apart, and a restart reads them in no order of
+// chains; keys numbered along the chains would read each block next to its
+// parent, which no restart meets.
+prefix_index::BlockKey KeyOf(uint64_t i) { return {Mix64(2 * i + 1), Mix64(2 * i + 2)}; }
+
 // Writes `blocks` records (chains of kChain) into a new directory; seconds.
 double Build(uint64_t blocks, const std::string& dir) {
   std::filesystem::remove_all(dir);
@@ -61,9 +68,9 @@ double Build(uint64_t blocks, const std::string& dir) {
     if (!slot) Die(slot.status());
     tiers::internal::SsdRecord r;
     r.ns_id = *ns;
-    r.key = {i / kChain + 1, i % kChain + 1};
+    r.key = KeyOf(i);
     r.has_parent = i % kChain != 0;
-    if (r.has_parent) r.parent = {i / kChain + 1, i % kChain};
+    if (r.has_parent) r.parent = KeyOf(i - 1);
     r.slot = *slot;
     r.block_bytes = kLayout.BlockBytes();
     r.priority = 35;

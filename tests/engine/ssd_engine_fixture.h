@@ -41,6 +41,7 @@ class SsdEngineFixture : public ::testing::Test {
     options.ssd_write_through = write_through;
     options.ssd_write_budget_per_day = ssd_write_budget_;
     options.ssd_admission = ssd_admission_;
+    options.record_events = record_events_;
     options.log = [this](const std::string& line) { log_.push_back(line); };
     auto e = CacheEngine::Create(options, nullptr, std::move(host).value(),
                                  tiers::internal::NewSsdTierOver(std::move(store).value()));
@@ -65,6 +66,7 @@ class SsdEngineFixture : public ::testing::Test {
   std::vector<std::string> log_;
   uint64_t ssd_write_budget_ = 0;      // EngineOptions::ssd_write_budget_per_day of the next build
   std::string ssd_admission_ = "off";  // EngineOptions::ssd_admission of the next build
+  bool record_events_ = false;         // EngineOptions::record_events of the next build
 };
 
 }  // namespace kvtier::engine::testing

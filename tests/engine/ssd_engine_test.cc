@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
+#include "common/hash.h"
 #include "engine_test_util.h"
 #include "ssd_engine_fixture.h"
 #include "tiers/internal/ssd_tier.h"
@@ -148,53 +150,109 @@ TEST_F(SsdEngineTest, RestartDropsBlocksWhoseParentWasNotKept) {
 }
 
 // Records written straight into the store, as another run (or a damaged
-// index) may have left them: a deep chain, a chain whose parent is gone,
-// and two records that name each other as parent.
+// index) may have left them: each a block's key and its parent's.
+using Record = std::pair<BlockKey, std::optional<BlockKey>>;
+void WriteRecords(const std::string& dir, uint64_t capacity_bytes,
+                  const std::vector<Record>& records) {
+  const Layout layout = SmallLayout();
+  tiers::internal::SsdOptions o;
+  o.dir = dir;
+  o.capacity_bytes = capacity_bytes;
+  auto store = tiers::internal::SsdStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto ns = (*store)->RegisterNamespace("model", "", layout);
+  ASSERT_TRUE(ns.ok());
+  for (const auto& [key, parent] : records) {
+    auto slot = (*store)->Allocate(layout.BlockBytes());
+    ASSERT_TRUE(slot.ok());
+    tiers::internal::SsdRecord r;
+    r.ns_id = *ns;
+    r.key = key;
+    r.has_parent = parent.has_value();
+    if (parent) r.parent = *parent;
+    r.slot = *slot;
+    r.block_bytes = layout.BlockBytes();
+    ASSERT_TRUE((*store)->PutRecord(r).ok());
+  }
+  ASSERT_TRUE((*store)->Sync().ok());
+}
+
+// A deep chain, a chain whose parent is gone, and two records that name
+// each other as parent.
 TEST_F(SsdEngineTest, RestartOrdersDeepChainsAndDropsCyclesAndOrphans) {
   constexpr uint64_t kDeep = 3000;
-  const Layout layout = SmallLayout();
-  {
-    tiers::internal::SsdOptions o;
-    o.dir = dir_;
-    o.capacity_bytes = 4096 * (kDeep + 16);
-    auto store = tiers::internal::SsdStore::Open(o);
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    auto ns = (*store)->RegisterNamespace("model", "", layout);
-    ASSERT_TRUE(ns.ok());
-    auto put = [&](const BlockKey& key, std::optional<BlockKey> parent) {
-      auto slot = (*store)->Allocate(layout.BlockBytes());
-      ASSERT_TRUE(slot.ok());
-      tiers::internal::SsdRecord r;
-      r.ns_id = *ns;
-      r.key = key;
-      r.has_parent = parent.has_value();
-      if (parent) r.parent = *parent;
-      r.slot = *slot;
-      r.block_bytes = layout.BlockBytes();
-      ASSERT_TRUE((*store)->PutRecord(r).ok());
-    };
-    // Children written before their parents: the store's order is its
-    // keys', not the chains'.
-    const auto deep = Chain(7, kDeep);
-    for (uint64_t i = kDeep; i-- > 0;) {
-      put(deep[i], i == 0 ? std::nullopt : std::optional<BlockKey>(deep[i - 1]));
-    }
-    const auto gone = Chain(8, 3);  // its head was never stored
-    put(gone[1], gone[0]);
-    put(gone[2], gone[1]);
-    put(BlockKey{91, 1}, BlockKey{91, 2});  // a cycle of two
-    put(BlockKey{91, 2}, BlockKey{91, 1});
-    ASSERT_TRUE((*store)->Sync().ok());
+  std::vector<Record> records;
+  // Children written before their parents: the store's order is its
+  // keys', not the chains'.
+  const auto deep = Chain(7, kDeep);
+  for (uint64_t i = kDeep; i-- > 0;) {
+    records.emplace_back(deep[i], i == 0 ? std::nullopt : std::optional<BlockKey>(deep[i - 1]));
   }
+  const auto gone = Chain(8, 3);  // its head was never stored
+  records.emplace_back(gone[1], gone[0]);
+  records.emplace_back(gone[2], gone[1]);
+  records.emplace_back(BlockKey{91, 1}, BlockKey{91, 2});  // a cycle of two
+  records.emplace_back(BlockKey{91, 2}, BlockKey{91, 1});
+  WriteRecords(dir_, 4096 * (kDeep + 16), records);
+  ASSERT_FALSE(HasFatalFailure());
   BuildEngine(64 * 4096, 16 * 4096, 4096 * (kDeep + 16), false, false);
   ASSERT_FALSE(HasFatalFailure());
-  ns_ = *engine_->AddNamespace({"model", "", layout});
+  ns_ = *engine_->AddNamespace({"model", "", SmallLayout()});
   auto restored = engine_->Recover();
   ASSERT_TRUE(restored.ok()) << restored.status().ToString();
   EXPECT_EQ(*restored, kDeep);
   EXPECT_EQ(engine_->Stats().orphan_drops, 4u);
   EXPECT_EQ(Where(Chain(7, kDeep)), std::vector<TierKind>(kDeep, TierKind::kSsd));
   EXPECT_EQ(engine_->Stats().tiers[2].used_bytes, kDeep * 4096);
+}
+
+// Prefixes that branch, under keys that are hashes (so the store holds
+// them in no order of the tree): every path from the root comes back whole,
+// each block under the parent its record names (as the events of the
+// restart say), parents before children and shallower blocks first.
+TEST_F(SsdEngineTest, RestartRestoresBranchingPrefixesWhole) {
+  auto key = [](uint64_t i) { return BlockKey{Mix64(i), i}; };
+  std::vector<Record> records = {{key(0), std::nullopt}};
+  std::vector<std::vector<BlockKey>> paths;
+  uint64_t next = 1;
+  for (uint64_t a = 0; a < 3; ++a) {
+    const BlockKey mid = key(next++);
+    records.emplace_back(mid, key(0));
+    for (uint64_t b = 0; b < 4; ++b) {
+      std::vector<BlockKey> path = {key(0), mid};
+      for (uint64_t depth = 0; depth < 1 + 10 * b; ++depth) {
+        path.push_back(key(next++));
+        records.emplace_back(path.back(), path[path.size() - 2]);
+      }
+      paths.push_back(path);
+    }
+  }
+  WriteRecords(dir_, 4096 * (next + 16), records);
+  ASSERT_FALSE(HasFatalFailure());
+  record_events_ = true;
+  BuildEngine(64 * 4096, 16 * 4096, 4096 * (next + 16), false, false);
+  ASSERT_FALSE(HasFatalFailure());
+  ns_ = *engine_->AddNamespace({"model", "", SmallLayout()});
+  auto restored = engine_->Recover();
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  EXPECT_EQ(*restored, next);
+  EXPECT_EQ(engine_->Stats().orphan_drops, 0u);
+  for (const auto& path : paths) {
+    EXPECT_EQ(Where(path), std::vector<TierKind>(path.size(), TierKind::kSsd));
+  }
+  std::map<BlockKey, std::optional<BlockKey>> parent_of(records.begin(), records.end());
+  std::vector<BlockEvent> events;
+  engine_->TakeEvents(&events);
+  ASSERT_EQ(events.size(), next);
+  std::map<BlockKey, size_t> depth;  // of the blocks restored so far
+  size_t last_depth = 0;
+  for (const BlockEvent& e : events) {
+    ASSERT_EQ(e.kind, BlockEvent::Kind::kStored);
+    EXPECT_EQ(e.parent, parent_of.at(e.key)) << e.key.ToHex();
+    const size_t d = e.parent ? depth.at(*e.parent) + 1 : 0;  // at(): the parent came first
+    EXPECT_GE(d, last_depth) << e.key.ToHex();
+    depth[e.key] = last_depth = d;
+  }
 }
 
 TEST_F(SsdEngineTest, FlippedByteOnDiskIsAMissNeverWrongBytes) {
