@@ -47,6 +47,39 @@ class SsdEngineTest : public testing::SsdEngineFixture {
     EXPECT_TRUE(got->ok());
     return std::move(*got).value();
   }
+
+  // Records written straight into the store, as another run (or a damaged
+  // index) may have left them (each a block's key and its parent's), then
+  // an engine over it and its warm restart.
+  using Record = std::pair<BlockKey, std::optional<BlockKey>>;
+  Result<size_t> RestartOver(const std::vector<Record>& records) {
+    const Layout layout = SmallLayout();
+    const uint64_t capacity = 4096 * (records.size() + 16);
+    {
+      tiers::internal::SsdOptions o;
+      o.dir = dir_;
+      o.capacity_bytes = capacity;
+      KVTIER_ASSIGN_OR_RETURN(auto store, tiers::internal::SsdStore::Open(o));
+      KVTIER_ASSIGN_OR_RETURN(const uint32_t ns, store->RegisterNamespace("model", "", layout));
+      for (const auto& [key, parent] : records) {
+        KVTIER_ASSIGN_OR_RETURN(const tiers::internal::SsdSlot slot,
+                                store->Allocate(layout.BlockBytes()));
+        tiers::internal::SsdRecord r;
+        r.ns_id = ns;
+        r.key = key;
+        r.has_parent = parent.has_value();
+        if (parent) r.parent = *parent;
+        r.slot = slot;
+        r.block_bytes = layout.BlockBytes();
+        KVTIER_RETURN_IF_ERROR(store->PutRecord(r));
+      }
+      KVTIER_RETURN_IF_ERROR(store->Sync());
+    }
+    BuildEngine(64 * 4096, 16 * 4096, capacity, false, false);
+    if (HasFatalFailure()) return InternalError("no engine");
+    KVTIER_ASSIGN_OR_RETURN(ns_, engine_->AddNamespace({"model", "", layout}));
+    return engine_->Recover();
+  }
 };
 
 TEST_F(SsdEngineTest, EvictedBlocksGoToDiskAndComeBackIdentical) {
@@ -149,34 +182,6 @@ TEST_F(SsdEngineTest, RestartDropsBlocksWhoseParentWasNotKept) {
   EXPECT_EQ(engine_->Stats().orphan_drops, 2u);
 }
 
-// Records written straight into the store, as another run (or a damaged
-// index) may have left them: each a block's key and its parent's.
-using Record = std::pair<BlockKey, std::optional<BlockKey>>;
-void WriteRecords(const std::string& dir, uint64_t capacity_bytes,
-                  const std::vector<Record>& records) {
-  const Layout layout = SmallLayout();
-  tiers::internal::SsdOptions o;
-  o.dir = dir;
-  o.capacity_bytes = capacity_bytes;
-  auto store = tiers::internal::SsdStore::Open(o);
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  auto ns = (*store)->RegisterNamespace("model", "", layout);
-  ASSERT_TRUE(ns.ok());
-  for (const auto& [key, parent] : records) {
-    auto slot = (*store)->Allocate(layout.BlockBytes());
-    ASSERT_TRUE(slot.ok());
-    tiers::internal::SsdRecord r;
-    r.ns_id = *ns;
-    r.key = key;
-    r.has_parent = parent.has_value();
-    if (parent) r.parent = *parent;
-    r.slot = *slot;
-    r.block_bytes = layout.BlockBytes();
-    ASSERT_TRUE((*store)->PutRecord(r).ok());
-  }
-  ASSERT_TRUE((*store)->Sync().ok());
-}
-
 // A deep chain, a chain whose parent is gone, and two records that name
 // each other as parent.
 TEST_F(SsdEngineTest, RestartOrdersDeepChainsAndDropsCyclesAndOrphans) {
@@ -193,12 +198,7 @@ TEST_F(SsdEngineTest, RestartOrdersDeepChainsAndDropsCyclesAndOrphans) {
   records.emplace_back(gone[2], gone[1]);
   records.emplace_back(BlockKey{91, 1}, BlockKey{91, 2});  // a cycle of two
   records.emplace_back(BlockKey{91, 2}, BlockKey{91, 1});
-  WriteRecords(dir_, 4096 * (kDeep + 16), records);
-  ASSERT_FALSE(HasFatalFailure());
-  BuildEngine(64 * 4096, 16 * 4096, 4096 * (kDeep + 16), false, false);
-  ASSERT_FALSE(HasFatalFailure());
-  ns_ = *engine_->AddNamespace({"model", "", SmallLayout()});
-  auto restored = engine_->Recover();
+  auto restored = RestartOver(records);
   ASSERT_TRUE(restored.ok()) << restored.status().ToString();
   EXPECT_EQ(*restored, kDeep);
   EXPECT_EQ(engine_->Stats().orphan_drops, 4u);
@@ -227,13 +227,8 @@ TEST_F(SsdEngineTest, RestartRestoresBranchingPrefixesWhole) {
       paths.push_back(path);
     }
   }
-  WriteRecords(dir_, 4096 * (next + 16), records);
-  ASSERT_FALSE(HasFatalFailure());
   record_events_ = true;
-  BuildEngine(64 * 4096, 16 * 4096, 4096 * (next + 16), false, false);
-  ASSERT_FALSE(HasFatalFailure());
-  ns_ = *engine_->AddNamespace({"model", "", SmallLayout()});
-  auto restored = engine_->Recover();
+  auto restored = RestartOver(records);
   ASSERT_TRUE(restored.ok()) << restored.status().ToString();
   EXPECT_EQ(*restored, next);
   EXPECT_EQ(engine_->Stats().orphan_drops, 0u);
