@@ -166,18 +166,18 @@ Result<size_t> CacheEngine::Recover() {
   const StoredLinks links = LinkStored(stored);
   const std::vector<size_t>& parent_of = links.parent;
   const size_t n = stored.size();
-  auto has_parent = [&](size_t i) { return parent_of[i] < n; };
+  auto parent_stored = [&](size_t i) { return parent_of[i] < n; };  // among the records
   // Children by parent, as runs of one array (children_from[p] the start).
   std::vector<uint32_t> children_from(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
-    if (has_parent(i)) ++children_from[parent_of[i] + 1];
+    if (parent_stored(i)) ++children_from[parent_of[i] + 1];
   }
   for (size_t i = 1; i <= n; ++i) children_from[i] += children_from[i - 1];
   std::vector<uint32_t> children(children_from[n]);
   {
     std::vector<uint32_t> next(children_from.begin(), children_from.end() - 1);
     for (size_t i = 0; i < n; ++i) {
-      if (has_parent(i)) children[next[parent_of[i]]++] = static_cast<uint32_t>(i);
+      if (parent_stored(i)) children[next[parent_of[i]]++] = static_cast<uint32_t>(i);
     }
   }
   // The walk: order[k] is the record restored k-th, parent_at[k] the
