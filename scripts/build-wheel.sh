@@ -5,6 +5,7 @@
 #
 #   scripts/build-wheel.sh              # -> dist/kvtier-VERSION-cpXY-cpXY-manylinux_2_36_x86_64.whl
 #   DIST=/tmp/wheels scripts/build-wheel.sh
+#   scripts/build-wheel.sh --build-only # the executables' Release build, no wheel
 #
 # The way of `auditwheel repair`: the executables are built here (Release, the
 # project's CMake, the CUDA runtime static as always), each shared library
@@ -19,6 +20,10 @@
 # (scripts/python-env.sh: scikit-build-core and nanobind, pinned).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  "" | --build-only) ;;
+  *) echo "usage: scripts/build-wheel.sh [--build-only]" >&2; exit 2 ;;
+esac
 build=${BUILD_DIR:-build-release}
 dist=${DIST:-dist}
 venv=${KVTIER_VENV:-.venv}
@@ -27,6 +32,7 @@ cmake=$(command -v /usr/bin/cmake || command -v cmake)
 "$cmake" -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DKVTIER_BUILD_TESTS=OFF -DKVTIER_BUILD_BENCH=OFF >&2
 "$cmake" --build "$build" --target kvtierd kvtier >&2
+[ "${1:-}" != --build-only ] || exit 0
 
 bundle="$(realpath "$build")/wheel-bundle"
 rm -rf "$bundle"

@@ -26,7 +26,9 @@
 #   KVTIER_CI_NORMAL, KVTIER_CI_PYTHON, KVTIER_CI_REPORT, KVTIER_CI_WHEEL,
 #   KVTIER_CI_ASAN, KVTIER_CI_TSAN, KVTIER_CI_FUZZ, or KVTIER_CI_SANITIZERS=0 for stages 5-7
 #   at once. The
-#   first failed stage ends the run, unless KVTIER_CI_KEEP_GOING=1.
+#   first failed stage ends the run, unless KVTIER_CI_KEEP_GOING=1. While the
+#   python stage runs, the trees of stages 4-6 are built in the background at
+#   nice 19 (KVTIER_CI_BACKGROUND=0: each in its own stage instead).
 #
 #   ./scripts/test.sh                            # everything (build dirs build-test*)
 #   KVTIER_CI_SANITIZERS=0 ./scripts/test.sh     # the normal stage only
@@ -167,12 +169,18 @@ stage_report() {
 # backend, mypy, matplotlib) into a virtual environment of its own, and
 # tested from there in an environment of nothing but that venv and /usr/bin.
 wheel_dir="$build-wheel"
+# The wheel's Release tree: build-release (scripts/run.sh's too), or beside
+# BUILD_DIR's trees when that is set (never BUILD_DIR's own tree).
+wheel_build=build-release
+[ -z "${BUILD_DIR:-}" ] || wheel_build="$build-release"
+build_release() { BUILD_DIR="$wheel_build" ./scripts/build-wheel.sh --build-only; }
 wheel_excluded='^(scikit_build_core|nanobind|mypy|mypy_extensions|librt|ast_serialize|pathspec|matplotlib|contourpy|cycler|fonttools|kiwisolver)=='
 stage_wheel() {
   ./scripts/python-env.sh >/dev/null  # the build backend build-wheel.sh uses
+  wait_background_build release
   rm -rf "$wheel_dir" && mkdir -p "$wheel_dir"
   local wheel
-  wheel=$(DIST="$wheel_dir" ./scripts/build-wheel.sh)
+  wheel=$(BUILD_DIR="$wheel_build" DIST="$wheel_dir" ./scripts/build-wheel.sh)
   local venv="$wheel_dir/venv" py="$wheel_dir/venv/bin/python"
   python3 -m venv "$venv"
   grep -Ev "$wheel_excluded" python/requirements.txt >"$wheel_dir/requirements.txt"
@@ -191,9 +199,13 @@ asan_build="$build-asan"
 configure_asan() {
   configure_clang "$asan_build" -DKVTIER_SANITIZE=address,undefined -DKVTIER_FUZZ=ON
 }
-stage_asan() {
+build_asan() {
   configure_asan
   cmake --build "$asan_build" -j"$jobs"
+}
+stage_asan() {
+  wait_background_build asan
+  build_asan
   local logs="$PWD/$asan_build/sanitizer-logs" failed=0
   rm -rf "$logs" && mkdir -p "$logs"
   # Left out: the layering tests (compile-time checks whose expected error
@@ -222,9 +234,13 @@ tsan_build="$build-tsan"
 # each, the same client threads as the remote tests that stay; they run
 # under ASan and in stage 1.
 tsan_excluded='^((SsdStoreTest|SsdNamespaceTest|SsdEngineTest|SsdRestartTest|QuantizeLowerTest|Forms/QuantizeRoundTripTest|MetricsTest|RemoteStoreFailoverTest|RemoteStoreMaxmemoryTest|RemoteStoreDownTest)\.|DaemonHintTest\.AHintedSsdBlock|RemoteStoreTest\.FollowsMovedAndAsk)'
-stage_tsan() {
+build_tsan() {
   configure_clang "$tsan_build" -DKVTIER_SANITIZE=thread
   cmake --build "$tsan_build" -j"$jobs" --target tiers_test engine_test daemon_test kvtierd kvtier
+}
+stage_tsan() {
+  wait_background_build tsan
+  build_tsan
   local logs="$PWD/$tsan_build/sanitizer-logs" failed=0
   rm -rf "$logs" && mkdir -p "$logs"
   # Without address-space randomization: clang 14's TSan runtime refuses to
@@ -243,6 +259,7 @@ stage_tsan() {
 # starting from the committed corpus; new inputs go to a scratch corpus in
 # the build tree, crashes to its artifacts folder.
 stage_fuzz() {
+  wait_background_build asan
   configure_asan
   cmake --build "$asan_build" -j"$jobs" --target wire_fuzzer trace_fuzzer config_fuzzer
   local pids=() targets=(wire trace config) failed=0
@@ -276,7 +293,53 @@ stage_fuzz() {
   return $failed
 }
 
+# ---- the later stages' builds, in the background -------------------------------
+# The python stage leaves much of the two cores idle (servers waiting for a
+# trace's arrivals, engines starting one after another), so the trees of the
+# later stages (the wheel's Release build, ASan, TSan) are built meanwhile, one
+# after another, at the lowest priority (nice 19): they take what the tests
+# leave, never a core the tests want. Each stage waits for its own tree, then
+# runs its build as before: nothing left to do when the background build
+# finished, and its errors shown there when it failed (the background log is
+# $bg_dir/NAME.log). Set KVTIER_CI_BACKGROUND=0 to build each in its stage.
+bg_dir="$build-background"
+bg_pid=""
+start_background_builds() {
+  local parts=()
+  [ "$run_wheel" = 0 ] || parts+=(release)
+  if [ "$run_asan" != 0 ] || [ "$run_fuzz" != 0 ]; then parts+=(asan); fi
+  [ "$run_tsan" = 0 ] || parts+=(tsan)
+  [ ${#parts[@]} -gt 0 ] || return 0
+  rm -rf "$bg_dir" && mkdir -p "$bg_dir"
+  echo "== background builds at nice 19 (logs in $bg_dir): ${parts[*]}"
+  set -m  # a process group of their own, stopped whole at exit
+  (
+    renice -n 19 -p "$BASHPID" >/dev/null
+    for p in "${parts[@]}"; do
+      (set -e; "build_$p") >"$bg_dir/$p.log" 2>&1 || true
+      touch "$bg_dir/$p.done"
+    done
+  ) &
+  bg_pid=$!
+  set +m
+}
+wait_background_build() {
+  [ -n "$bg_pid" ] || return 0
+  if [ ! -e "$bg_dir/$1.done" ] && kill -0 "$bg_pid" 2>/dev/null; then
+    echo "== waiting for the background build of $1"
+    while [ ! -e "$bg_dir/$1.done" ] && kill -0 "$bg_pid" 2>/dev/null; do sleep 2; done
+  fi
+}
+stop_background_builds() {
+  if [ -n "$bg_pid" ] && kill -0 "$bg_pid" 2>/dev/null; then
+    kill -TERM -- "-$bg_pid" 2>/dev/null || true
+    wait "$bg_pid" 2>/dev/null || true
+  fi
+}
+trap 'stop_background_builds; report' EXIT
+
 [ "$run_normal" = 0 ] || run_stage normal stage_normal
+if [ "$run_python" != 0 ] && [ "${KVTIER_CI_BACKGROUND:-1}" != 0 ]; then start_background_builds; fi
 [ "$run_python" = 0 ] || run_stage python stage_python
 [ "$run_report" = 0 ] || run_stage report stage_report
 [ "$run_wheel" = 0 ] || run_stage wheel stage_wheel

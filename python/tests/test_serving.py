@@ -30,8 +30,8 @@ def test_faults_while_serving_lose_no_request_and_change_no_token(tmp_path, monk
     out = tmp_path / "serving"
     assert serving.main([
         "--out", str(out), "--model", "tiny", "--trace", "mooncake", "--requests", "36",
-        "--time-scale", "0.05", "--configs", "vllm,kvtier-ssd,kvtier-remote", "--small-host",
-        "8MiB", "--ssd", "256MiB", "--faults", "restart@15,ssd-read-errors=0.05,redis-kill@25"]) == 0
+        "--time-scale", "0.03", "--configs", "vllm,kvtier-ssd,kvtier-remote", "--small-host",
+        "8MiB", "--ssd", "256MiB", "--faults", "restart@9,ssd-read-errors=0.05,redis-kill@15"]) == 0
     summary = {s["config"]: s for s in json.loads((out / "summary.json").read_text())}
     assert set(summary) == {"vllm", "kvtier-ssd", "kvtier-remote"}, (out / "table.md").read_text()
     base, kv = summary["vllm"], summary["kvtier-ssd"]
