@@ -289,7 +289,8 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
                                            "busy_poll_us",
                                            "session_wait",
                                            "idle_exit_s",
-                                           "secret"}));
+                                           "secret",
+                                           "block_keys_file"}));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_owner", NameOrId(&c.socket_owner)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "socket_group", NameOrId(&c.socket_group)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "allow_uids", IdList(&c.allow_uids, false)));
@@ -320,6 +321,8 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "session_wait", String(&c.session_wait)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "idle_exit_s", Uint32(&c.idle_exit_s)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, "server", "secret", String(&c.secret_hex)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, "server", "block_keys_file", String(&c.block_keys_file)));
   }
   KVTIER_ASSIGN_OR_RETURN(const toml::table* host, section("host"));
   if (host != nullptr) {
@@ -434,8 +437,8 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   // Flags are read as text, so that byte counts take units ("64MiB") and an
   // unset flag leaves the file's value alone.
   std::string session_wait;
-  std::string socket, socket_mode, max_payload, secret, host_capacity, host_slab, host_policy,
-      host_huge_pages, host_admission, device_mode, device_capacity, device_policy,
+  std::string socket, socket_mode, max_payload, secret, block_keys_file, host_capacity, host_slab,
+      host_policy, host_huge_pages, host_admission, device_mode, device_capacity, device_policy,
       device_admission, ssd_capacity, ssd_max_write_per_day, ssd_policy, ssd_admission, ssd_prepare;
   std::optional<std::string> ssd_dir, metrics_address;
   std::optional<uint32_t> device_gpu;
@@ -505,6 +508,9 @@ ParsedArgs ParseArgs(int argc, char** argv) {
       "--idle-exit-s", idle_exit_s,
       "exit once no connection has been open this long, 0 = never" + Default(d.idle_exit_s));
   app.add_option("--secret", secret, "master secret, 32+ hex digits [random per start]");
+  app.add_option("--block-keys-file", block_keys_file,
+                 "file of block keys (<id>:<64 hex digits> per line, mode 600): blocks on the "
+                 "ssd are sealed with AES-256-GCM [KVTIER_BLOCK_KEYS, else none]");
   app.add_option("--remote-seeds", remote_seeds,
                  "remote tier: Redis Cluster nodes, comma-separated host:port [none]");
   app.add_option("--remote-secret-file", remote_secret_file,
@@ -635,6 +641,7 @@ ParsedArgs ParseArgs(int argc, char** argv) {
   if (!session_wait.empty()) c.session_wait = session_wait;
   if (idle_exit_s) c.idle_exit_s = *idle_exit_s;
   if (!secret.empty()) c.secret_hex = secret;
+  if (!block_keys_file.empty()) c.block_keys_file = block_keys_file;
   if (!host_policy.empty()) c.host_policy = host_policy;
   if (!host_admission.empty()) c.host_admission = host_admission;
   if (no_reserve) c.host_reserve_memory = false;

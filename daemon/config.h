@@ -110,6 +110,12 @@ struct DaemonConfig {
   // a random one per start (keys then change across restarts, which is
   // harmless while nothing is kept across restarts).
   std::string secret_hex;
+  // A file of block keys (tiers/block_seal.h: "<id>:<64 hex digits>" per
+  // line, the first the current one; mode 600, else refused): every block
+  // written to the ssd tier is sealed with AES-256-GCM under a key derived
+  // from it. Empty: the environment variable KVTIER_BLOCK_KEYS (same text),
+  // else blocks at rest stay in the clear (said once at start).
+  std::string block_keys_file;
 
   // [host]
   uint64_t host_capacity_bytes = 1 * kGiB;

@@ -72,6 +72,7 @@ std::vector<ConfigEntry> ConfigEntries(const DaemonConfig& c) {
       {"server.session_wait", Quoted(c.session_wait)},
       {"server.idle_exit_s", Num(c.idle_exit_s)},
       {"server.secret", Quoted(c.secret_hex)},
+      {"server.block_keys_file", Quoted(c.block_keys_file)},
       {"host.capacity", Quoted(ConfigBytes(c.host_capacity_bytes))},
       {"host.slab", Quoted(ConfigBytes(c.host_slab_bytes))},
       {"host.policy", Quoted(c.host_policy)},

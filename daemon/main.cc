@@ -20,6 +20,7 @@
 #include "daemon/server.h"
 #include "daemon/service.h"
 #include "engine/cache_engine.h"
+#include "tiers/block_seal.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -88,7 +89,8 @@ Result<std::unique_ptr<tiers::RemoteTier>> BuildRemoteTier(const DaemonConfig& c
 Result<std::unique_ptr<engine::CacheEngine>> BuildEngine(
     const DaemonConfig& c, engine::IoExecutor* io, engine::IoExecutor* copies,
     engine::IoExecutor* remote_io, std::unique_ptr<tiers::RemoteTier> remote,
-    const std::string& keys_secret_id, std::function<void()> events_ready) {
+    const std::string& keys_secret_id, std::shared_ptr<tiers::BlockSealer> sealer,
+    std::function<void()> events_ready) {
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<tiers::Tier> device, BuildDeviceTier(c));
   tiers::ArenaTierOptions host_options{c.host_capacity_bytes, c.host_slab_bytes,
                                        c.host_reserve_memory};
@@ -106,6 +108,7 @@ Result<std::unique_ptr<engine::CacheEngine>> BuildEngine(
     ssd_options.prepare = c.ssd_prepare;
     ssd_options.keys_secret_id = keys_secret_id;
     ssd_options.fault_read_errors = c.ssd_fault_read_errors;
+    ssd_options.sealer = std::move(sealer);
     if (c.ssd_fault_read_errors > 0) {
       Log(LogLevel::kWarn, "ssd: fault_read_errors = " + std::to_string(c.ssd_fault_read_errors) +
                                ": that share of ssd reads fails on purpose (a test setting)");
@@ -260,8 +263,31 @@ int Run(const DaemonConfig& config) {
   // deployment secret; it keeps a verifier of it and refuses another.
   const std::string keys_secret_id =
       deployment_secret.empty() ? "" : tiers::DeploymentSecretVerifier(deployment_secret);
+  // Block keys: blocks that leave memory for the ssd are sealed under them.
+  std::shared_ptr<tiers::BlockSealer> sealer;
+  if (!config.ssd_dir.empty()) {
+    auto keys = tiers::LoadKeyRing(config.block_keys_file);
+    if (keys) {
+      std::string ids;
+      for (uint32_t id : keys->ids()) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+      Log(LogLevel::kInfo,
+          Str("ssd: blocks are sealed (AES-256-GCM) under block key ", keys->current_id(),
+              "; keys configured: ", ids, " (",
+              config.block_keys_file.empty() ? std::string(tiers::kBlockKeysEnv)
+                                             : "server.block_keys_file " + config.block_keys_file,
+              ")"));
+      sealer = std::make_shared<tiers::BlockSealer>(std::move(keys).value());
+    } else if (keys.status().code() == StatusCode::kNotFound) {
+      Log(LogLevel::kWarn, Str("ssd: blocks at rest are not encrypted: no block keys configured "
+                               "(server.block_keys_file or ",
+                               tiers::kBlockKeysEnv, "; docs/security.md)"));
+    } else {
+      Log(LogLevel::kError, Str("cannot start: ", keys.status().ToString()));
+      return 1;
+    }
+  }
   auto built = BuildEngine(config, ssd_io.get(), copies.get(), remote_io.get(), std::move(remote),
-                           keys_secret_id, events_ready);
+                           keys_secret_id, std::move(sealer), events_ready);
   if (!built) {
     Log(LogLevel::kError, Str("cannot build the tiers: ", built.status().ToString()));
     return 1;

@@ -331,7 +331,8 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
            static_cast<double>(e.moves_in_flight));
   // Errors and the SSD tier.
   f.Scalar("kvtier_checksum_failures_total", kCounter,
-           "Blocks read back with a wrong checksum: dropped, never served",
+           "Blocks read back from the SSD that failed their check (checksum or seal): dropped, "
+           "never served",
            static_cast<double>(e.checksum_failures));
   f.Scalar("kvtier_io_errors_total", kCounter, "Failed reads and writes of the SSD tier",
            static_cast<double>(e.io_errors));

@@ -233,7 +233,7 @@ tsan_build="$build-tsan"
 # failover, maxmemory, masters killed): seconds of Redis Cluster behaviour
 # each, the same client threads as the remote tests that stay; they run
 # under ASan and in stage 1.
-tsan_excluded='^((SsdStoreTest|SsdNamespaceTest|SsdEngineTest|SsdRestartTest|QuantizeLowerTest|Forms/QuantizeRoundTripTest|MetricsTest|RemoteStoreFailoverTest|RemoteStoreMaxmemoryTest|RemoteStoreDownTest)\.|DaemonHintTest\.AHintedSsdBlock|RemoteStoreTest\.FollowsMovedAndAsk)'
+tsan_excluded='^((SsdStoreTest|SsdSealTest|SealedSsdTest|SsdNamespaceTest|SsdEngineTest|SsdRestartTest|QuantizeLowerTest|Forms/QuantizeRoundTripTest|MetricsTest|RemoteStoreFailoverTest|RemoteStoreMaxmemoryTest|RemoteStoreDownTest)\.|DaemonHintTest\.AHintedSsdBlock|RemoteStoreTest\.FollowsMovedAndAsk)'
 build_tsan() {
   configure_clang "$tsan_build" -DKVTIER_SANITIZE=thread
   cmake --build "$tsan_build" -j"$jobs" --target tiers_test engine_test daemon_test kvtierd kvtier
@@ -255,14 +255,14 @@ stage_tsan() {
 }
 
 # ---- 7. fuzz -------------------------------------------------------------------
-# All targets at once (two cores, three targets), each for fuzz_seconds,
+# All targets at once (two cores, four targets), each for fuzz_seconds,
 # starting from the committed corpus; new inputs go to a scratch corpus in
 # the build tree, crashes to its artifacts folder.
 stage_fuzz() {
   wait_background_build asan
   configure_asan
-  cmake --build "$asan_build" -j"$jobs" --target wire_fuzzer trace_fuzzer config_fuzzer
-  local pids=() targets=(wire trace config) failed=0
+  cmake --build "$asan_build" -j"$jobs" --target wire_fuzzer trace_fuzzer config_fuzzer seal_fuzzer
+  local pids=() targets=(wire trace config seal) failed=0
   for t in "${targets[@]}"; do
     local work="$asan_build/fuzz-work/$t"
     rm -rf "$work" && mkdir -p "$work/corpus" "$work/artifacts"

@@ -217,6 +217,7 @@ Result<std::unique_ptr<Tier>> NewSsdTier(const SsdTierOptions& options) {
   o.capacity_bytes = options.capacity_bytes;
   o.direct_io = options.direct_io;
   o.keys_secret_id = options.keys_secret_id;
+  o.sealer = options.sealer;
   if (options.fault_read_errors > 0) {
     auto faults = std::make_shared<internal::FaultInjector>();
     faults->SetReadErrorShare(options.fault_read_errors);

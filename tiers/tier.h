@@ -26,6 +26,8 @@
 
 namespace kvtier::tiers {
 
+class BlockSealer;  // block_seal.h
+
 // kRemote names where a lookup found a block (the shared remote tier,
 // tiers/remote_tier.h); it has no slots, so it is not one of the
 // kNumTierKinds slot tiers the engine's per-tier arrays are indexed by.
@@ -237,6 +239,10 @@ struct SsdTierOptions {
   // For tests of what a failing disk does to the reads above it: this share
   // of the tier's payload reads (0 to 1) fails with EIO, spread evenly. 0: off.
   double fault_read_errors = 0;
+  // Seals every block written and opens every block read (block_seal.h:
+  // AES-256-GCM, no plaintext on disk, a changed block or record a miss).
+  // Null: blocks in the clear under XXH3-64 checksums.
+  std::shared_ptr<BlockSealer> sealer;
 };
 
 // The SSD tier: block payloads in one preallocated slot file on local disk, the index of

@@ -31,8 +31,14 @@ constexpr char kSecretFile[] = "secret";
 constexpr char kKeysFile[] = "keys";
 constexpr char kIndexDir[] = "index";
 // Version 2 adds the block's stored form (Quantize) after version 1's
-// fields; a version 1 record is a block kept as written.
+// fields; a version 1 record is a block kept as written. Version 3 adds the
+// block's seal (a 1, then EncodeSeal's bytes) and is written for sealed
+// blocks alone, so that a store without keys still opens in a kvtierd from
+// before seals.
 constexpr uint8_t kRecordVersion = 2;
+constexpr uint8_t kSealedRecordVersion = 3;
+// A sealed block's identity names the tier it was written to.
+constexpr uint8_t kSealTierSsd = 1;
 // Namespace version 2 adds the layout's kind (KvKind) after version 1's
 // fields. A K/V namespace is still written as version 1, so that a store
 // holding none but K/V namespaces still opens in a kvtierd from before kinds;
@@ -140,8 +146,8 @@ std::string NamespaceKey(uint32_t id) {
 
 std::string EncodeRecord(const SsdRecord& r) {
   std::string v;
-  v.reserve(88);
-  PutLE(v, kRecordVersion, 1);
+  v.reserve(88 + 1 + kSealBytes);
+  PutLE(v, r.seal ? kSealedRecordVersion : kRecordVersion, 1);
   PutLE(v, r.ns_id, 4);
   PutLE(v, r.key.hi, 8);
   PutLE(v, r.key.lo, 8);
@@ -156,6 +162,11 @@ std::string EncodeRecord(const SsdRecord& r) {
   PutLE(v, static_cast<uint64_t>(r.created_ns), 8);
   PutLE(v, static_cast<uint64_t>(r.last_access_ns), 8);
   PutLE(v, static_cast<uint8_t>(r.quantize), 1);
+  if (r.seal) {
+    PutLE(v, 1, 1);
+    const auto seal = EncodeSeal(*r.seal);
+    v.append(reinterpret_cast<const char*>(seal.data()), seal.size());
+  }
   return v;
 }
 
@@ -166,7 +177,7 @@ bool ValidSlotBytes(uint64_t slot_bytes) {
 bool DecodeRecord(std::string_view key, std::string_view value, SsdRecord* r) {
   Reader in(value);
   const uint64_t version = in.LE(1);
-  if (version != 1 && version != kRecordVersion) return false;
+  if (version != 1 && version != kRecordVersion && version != kSealedRecordVersion) return false;
   r->ns_id = static_cast<NamespaceId>(in.LE(4));
   r->key.hi = in.LE(8);
   r->key.lo = in.LE(8);
@@ -183,6 +194,15 @@ bool DecodeRecord(std::string_view key, std::string_view value, SsdRecord* r) {
   r->last_access_ns = static_cast<int64_t>(in.LE(8));
   const uint64_t quantize = version == 1 ? 0 : in.LE(1);
   r->quantize = static_cast<Quantize>(quantize);
+  r->seal.reset();
+  if (version == kSealedRecordVersion) {
+    if (in.LE(1) != 1) return false;
+    const std::string_view bytes = in.Bytes(kSealBytes);
+    Result<Seal> seal =
+        DecodeSeal(std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
+    if (!seal) return false;
+    r->seal = *seal;
+  }
   return in.done() && has_parent <= 1 && quantize <= static_cast<uint8_t>(Quantize::kFp8E5M2) &&
          ValidSlotBytes(r->slot.slot_bytes) && r->block_bytes > 0 &&
          r->block_bytes <= r->slot.slot_bytes && key == RecordKey(r->ns_id, r->key);
@@ -402,6 +422,8 @@ Result<std::unique_ptr<SsdStore>> SsdStore::Open(const SsdOptions& options) {
         return CorruptionError("namespace table of " + index_path + ": bad entry " +
                                it->key().ToString(true));
       }
+      store->ns_fingerprints_.push_back(
+          NamespaceFingerprint(ns.model, ns.salt, ns.layout.ToString()));
       store->namespaces_.push_back(std::move(ns));
     }
     KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), "read namespaces of " + index_path));
@@ -624,6 +646,23 @@ Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::
     }
     SsdRecord stored = record;
     stored.block_bytes = block_bytes != 0 ? block_bytes : bytes.size();
+    stored.seal.reset();
+    if (options_.sealer != nullptr) {
+      // Sealed into a bounce buffer (the caller's bytes stay as they are),
+      // the padding zeroed, written in one direct I/O.
+      KVTIER_ASSIGN_OR_RETURN(const SealIdentity id, IdentityOf(stored));
+      KVTIER_ASSIGN_OR_RETURN(std::span<std::byte> bounce, BounceBuffer(stored.block_bytes));
+      KVTIER_ASSIGN_OR_RETURN(const Seal seal,
+                              options_.sealer->SealBlock(id, bytes.first(stored.block_bytes),
+                                                         bounce.first(stored.block_bytes)));
+      std::memset(bounce.data() + stored.block_bytes, 0, bounce.size() - stored.block_bytes);
+      stored.seal = seal;
+      stored.checksum = SealToken(seal);
+      KVTIER_RETURN_IF_ERROR(
+          WritePayload(record.slot.offset(), bounce).WithContext("block " + record.key.ToHex()));
+      KVTIER_RETURN_IF_ERROR(PutRecord(stored));
+      return stored;
+    }
     stored.checksum = BlockChecksum(bytes.first(stored.block_bytes));
     KVTIER_RETURN_IF_ERROR(
         WritePayload(record.slot.offset(), bytes).WithContext("block " + record.key.ToHex()));
@@ -642,6 +681,16 @@ Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
                                   " bytes for a block of " + std::to_string(record.block_bytes));
     }
     KVTIER_RETURN_IF_ERROR(CheckSlot(slot, out.size()));
+    // A sealed block opens as it lands, part by part; any other is
+    // checksummed so.
+    std::optional<BlockSealer::Opener> opener;
+    if (options_.sealer != nullptr) {
+      KVTIER_ASSIGN_OR_RETURN(const SsdRecord stored, StoredVersionOf(record));
+      KVTIER_ASSIGN_OR_RETURN(const SealIdentity id, IdentityOf(stored));
+      Result<BlockSealer::Opener> started = options_.sealer->StartOpen(id, *stored.seal);
+      if (!started) return started.status().WithContext("block " + record.key.ToHex());
+      opener.emplace(std::move(*started));
+    }
     uint64_t sum = 0;
     reads_in_flight_.fetch_add(1, std::memory_order_relaxed);
     struct Done {
@@ -659,22 +708,43 @@ Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
       // memory (~8 GB/s, a quarter of a lone 2 MiB read's time here),
       // overlaps the reading of the rest instead of following all of it.
       BlockChecksumStream stream;
-      size_t fed = 0;  // bytes of `out` checksummed (the padding is not)
-      KVTIER_RETURN_IF_ERROR(
-          file_
-              ->ReadAtInParts(slot.offset(), out, kReadPartBytes,
-                              [&](std::span<const std::byte> part) {
-                                const size_t left =
-                                    record.block_bytes > fed ? record.block_bytes - fed : 0;
-                                stream.Update(part.first(std::min(part.size(), left)));
-                                fed += part.size();
-                              })
-              .WithContext("block " + record.key.ToHex()));
-      sum = stream.Digest();
+      Status opened;
+      size_t fed = 0;  // bytes of `out` checksummed or opened (the padding is not)
+      KVTIER_RETURN_IF_ERROR(file_
+                                 ->ReadAtInParts(slot.offset(), out, kReadPartBytes,
+                                                 [&](std::span<const std::byte> part) {
+                                                   const size_t left =
+                                                       record.block_bytes > fed
+                                                           ? record.block_bytes - fed
+                                                           : 0;
+                                                   const size_t n = std::min(part.size(), left);
+                                                   if (opener) {
+                                                     // `part` is `out`'s own, opened in place.
+                                                     if (opened.ok())
+                                                       opened = opener->Update(out.subspan(fed, n));
+                                                   } else {
+                                                     stream.Update(part.first(n));
+                                                   }
+                                                   fed += part.size();
+                                                 })
+                                 .WithContext("block " + record.key.ToHex()));
+      if (opener) {
+        KVTIER_RETURN_IF_ERROR(opened);
+      } else {
+        sum = stream.Digest();
+      }
     } else {
       KVTIER_RETURN_IF_ERROR(
           ReadPayload(slot.offset(), out).WithContext("block " + record.key.ToHex()));
-      sum = BlockChecksum(out.first(record.block_bytes));
+      if (opener) {
+        KVTIER_RETURN_IF_ERROR(opener->Update(out.first(record.block_bytes)));
+      } else {
+        sum = BlockChecksum(out.first(record.block_bytes));
+      }
+    }
+    if (opener) {
+      return opener->Finish().WithContext("block " + record.key.ToHex() + " in " + file_->path() +
+                                          " at " + std::to_string(slot.offset()));
     }
     if (sum != record.checksum) {
       char detail[64];
@@ -686,6 +756,50 @@ Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
     }
     return Status::Ok();
   });
+}
+
+Result<SealIdentity> SsdStore::IdentityOf(const SsdRecord& record) const {
+  SealIdentity id;
+  {
+    std::lock_guard lock(ns_mu_);
+    if (record.ns_id >= ns_fingerprints_.size()) {
+      return CorruptionError("block " + record.key.ToHex() + " of namespace " +
+                             std::to_string(record.ns_id) + ", which is not registered");
+    }
+    id.ns = ns_fingerprints_[record.ns_id];
+  }
+  id.key = record.key;
+  id.form = static_cast<uint8_t>(record.quantize);
+  id.tier = kSealTierSsd;
+  id.bytes = record.block_bytes;
+  return id;
+}
+
+Result<SsdRecord> SsdStore::StoredVersionOf(const SsdRecord& record) const {
+  const std::string key = RecordKey(record.ns_id, record.key);
+  std::string value;
+  const rocksdb::Status got = db_->Get(rocksdb::ReadOptions(), key, &value);
+  if (got.IsNotFound()) {
+    return CorruptionError("block " + record.key.ToHex() + ": no record on disk");
+  }
+  KVTIER_RETURN_IF_ERROR(FromRocks(got, "get record of block " + record.key.ToHex()));
+  SsdRecord stored;
+  if (!DecodeRecord(key, value, &stored)) {
+    return CorruptionError("block " + record.key.ToHex() + ": its record does not decode");
+  }
+  if (!stored.seal) {
+    return CorruptionError("block " + record.key.ToHex() +
+                           ": its record on disk is in the clear, refused while block keys are "
+                           "configured");
+  }
+  if (stored.slot != record.slot || stored.block_bytes != record.block_bytes ||
+      stored.quantize != record.quantize || stored.checksum != record.checksum ||
+      stored.checksum != SealToken(*stored.seal)) {
+    return CorruptionError("block " + record.key.ToHex() +
+                           ": its record on disk is not the version written (replaced or "
+                           "replayed)");
+  }
+  return stored;
 }
 
 Status SsdStore::PutRecord(const SsdRecord& record) {
@@ -714,6 +828,7 @@ Result<SsdScanSummary> SsdStore::ForEachRecord(
     const std::function<Status(const SsdRecord&)>& fn) const {
   return Guarded("SSD scan", [&]() -> Result<SsdScanSummary> {
     SsdScanSummary summary;
+    std::vector<std::string> unusable;  // record keys, erased after the scan
     rocksdb::ReadOptions ro;
     ro.fill_cache = false;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
@@ -724,10 +839,51 @@ Result<SsdScanSummary> SsdStore::ForEachRecord(
         ++summary.undecodable;
         continue;
       }
+      if (r.seal && options_.sealer == nullptr) {
+        return FailedPreconditionError(
+            "the SSD directory " + options_.dir + " holds blocks sealed under key " +
+            std::to_string(r.seal->key_id) +
+            ", and no block keys are configured (server.block_keys_file or " + kBlockKeysEnv +
+            "): configure them, or remove the directory to start cold");
+      }
+      if (options_.sealer != nullptr) {
+        if (!r.seal || r.checksum != SealToken(*r.seal)) {
+          ++summary.unsealed;
+          unusable.push_back(it->key().ToString());
+          continue;
+        }
+        if (options_.sealer->keys().Find(r.seal->key_id) == nullptr) {
+          ++summary.rotated_out;
+          unusable.push_back(it->key().ToString());
+          continue;
+        }
+        ++summary.sealed_by_key[r.seal->key_id];
+      }
       ++summary.records;
       KVTIER_RETURN_IF_ERROR(fn(r));
     }
     KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), "scan index of " + options_.dir));
+    for (const std::string& key : unusable) {
+      KVTIER_RETURN_IF_ERROR(
+          FromRocks(db_->Delete(rocksdb::WriteOptions(), key), "erase an unusable record"));
+    }
+    if (options_.sealer != nullptr) {
+      std::string by_key;
+      for (const auto& [id, n] : summary.sealed_by_key) {
+        by_key +=
+            (by_key.empty() ? "" : ", ") + std::to_string(n) + " under key " + std::to_string(id);
+      }
+      Note("sealed blocks found: " + (by_key.empty() ? std::string("none") : by_key));
+      if (summary.unsealed > 0) {
+        Note(std::to_string(summary.unsealed) +
+             " blocks in the clear (or with a record that is not their seal's) erased: block "
+             "keys are configured, so only sealed blocks are served");
+      }
+      if (summary.rotated_out > 0) {
+        Note(std::to_string(summary.rotated_out) +
+             " blocks sealed under keys no longer configured (rotated out) erased");
+      }
+    }
     return summary;
   });
 }
@@ -750,6 +906,7 @@ Result<uint32_t> SsdStore::RegisterNamespace(std::string_view model, std::string
     wo.sync = true;  // rare, and records name it: make it durable at once
     KVTIER_RETURN_IF_ERROR(FromRocks(db_->Put(wo, NamespaceKey(ns.id), EncodeNamespace(ns)),
                                      "put namespace " + std::string(model)));
+    ns_fingerprints_.push_back(NamespaceFingerprint(ns.model, ns.salt, ns.layout.ToString()));
     namespaces_.push_back(std::move(ns));
     return namespaces_.back().id;
   });

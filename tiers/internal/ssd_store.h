@@ -31,6 +31,11 @@
 // over torn bytes; each record carries the XXH3-64 of its payload, checked
 // on every Read, so that is a Corruption (a miss), never wrong bytes.
 //
+// Seals (SsdOptions::sealer, tiers/block_seal.h): the payload is written
+// encrypted, and the record carries the seal instead of a checksum (a
+// version 3 record); Read checks the record on disk is the version the
+// caller names and opens the block as it lands. docs/security.md.
+//
 // Thread-safety:
 //   - Allocate, Reserve, Free, SlotAt and Stats: one thread only (the
 //     engine's).
@@ -63,6 +68,7 @@
 #include "common/result.h"
 #include "common/status.h"
 #include "prefix_index/block_key.h"
+#include "tiers/block_seal.h"
 #include "tiers/internal/block_file.h"
 #include "tiers/internal/ssd_space.h"
 
@@ -116,6 +122,12 @@ struct SsdOptions {
   // (FailedPrecondition), since none of them could ever be found again; an
   // empty one takes the new name. Empty: the directory's own secret.
   std::string keys_secret_id;
+  // Seals every block written (tiers/block_seal.h: AES-256-GCM, the block's
+  // identity as associated data) and opens every block read: the slot file
+  // then holds no plaintext, and a block whose bytes or record were changed
+  // on disk does not open (Corruption, a miss). Shared with the remote tier.
+  // Null: blocks in the clear, checked by XXH3-64 (today's format).
+  std::shared_ptr<BlockSealer> sealer;
 };
 
 // A slot: `slot_bytes` at page `page` (4 KiB units) of blocks.dat.
@@ -135,13 +147,19 @@ struct SsdRecord {
   BlockKey parent;  // meaningful when has_parent
   SsdSlot slot;
   uint64_t block_bytes = 0;  // set by Write
-  uint64_t checksum = 0;     // XXH3-64 of the block's bytes; set by Write
+  // Set by Write: the XXH3-64 of the block's bytes, or for a sealed block
+  // the first 8 bytes of its seal's tag (what the engine keeps, and hands
+  // back to Read to name the version of the block it wrote).
+  uint64_t checksum = 0;
   uint8_t priority = 0;
   int64_t created_ns = 0;  // ns since the Unix epoch
   int64_t last_access_ns = 0;
   // How the payload holds the block: as written, or quantized to fp8 (the
   // engine's quantize on demote; the store only keeps the mark).
   Quantize quantize = Quantize::kOff;
+  // The block's seal, when it was written by a store with a sealer; set by
+  // Write.
+  std::optional<Seal> seal;
 
   friend bool operator==(const SsdRecord&, const SsdRecord&) = default;
 };
@@ -168,6 +186,14 @@ struct SsdStats {
 struct SsdScanSummary {
   uint64_t records = 0;      // handed to the callback
   uint64_t undecodable = 0;  // skipped: a record that fails to decode
+  // With a sealer, records erased because they cannot be served: stored in
+  // the clear (written before keys were configured, or planted) or with a
+  // checksum that is not their seal's, or sealed under a key the ring no
+  // longer holds (rotated out).
+  uint64_t unsealed = 0;
+  uint64_t rotated_out = 0;
+  // With a sealer, the records handed over, by the key that sealed them.
+  std::map<uint32_t, uint64_t> sealed_by_key;
 };
 
 class SsdStore {
@@ -223,7 +249,10 @@ class SsdStore {
                           uint64_t block_bytes = 0);
   // Reads the block of `record` into `out` and verifies its checksum:
   // Corruption on a mismatch or a short file, IoError when the disk fails.
-  // Never OK with wrong bytes; on error `out` is unspecified.
+  // Never OK with wrong bytes; on error `out` is unspecified. With a sealer,
+  // the record on disk is read and must be the one `record` names (its slot,
+  // length, form and checksum, i.e. tag: an older version replayed under
+  // the key does not pass), and the block must open under its seal.
   // REQUIRES: out.size() == record.block_bytes, or that rounded up to 4 KiB
   // (a padded buffer: one direct I/O, the slot's padding read into the
   // tail), else InvalidArgument.
@@ -238,6 +267,11 @@ class SsdStore {
   // Calls `fn` for each record, in key order; stops at and returns the
   // first error `fn` returns. Records that fail to decode are skipped and
   // counted. Used at startup to rebuild the engine's index (then Reserve).
+  // With a sealer, records it could never open are erased and counted
+  // instead (SsdScanSummary). Without one, a sealed record is
+  // FailedPrecondition, naming its key id: the directory's blocks are
+  // sealed and the keys are not configured (a restart without the keys must
+  // not silently drop the cache).
   Result<SsdScanSummary> ForEachRecord(const std::function<Status(const SsdRecord&)>& fn) const;
 
   // A persistent, dense id (0, 1, ...) for (model, salt): the same spec gets
@@ -261,6 +295,12 @@ class SsdStore {
   void PrepareRegions();
   Status CheckSlot(const SsdSlot& slot, uint64_t bytes) const;
   Status WritePayload(uint64_t offset, std::span<const std::byte> bytes);
+  // The identity a seal binds the block of `record` to (its namespace must
+  // be registered: Corruption otherwise).
+  Result<SealIdentity> IdentityOf(const SsdRecord& record) const;
+  // With a sealer: the record on disk of `record`'s block, checked to be the
+  // version `record` names.
+  Result<SsdRecord> StoredVersionOf(const SsdRecord& record) const;
   Status ReadPayload(uint64_t offset, std::span<std::byte> out) const;
   void Note(std::string_view text) const;
 
@@ -286,6 +326,8 @@ class SsdStore {
   // Reads under way (Read): a read is made in parts only when it is alone.
   mutable std::atomic<int> reads_in_flight_{0};
   std::vector<SsdNamespace> namespaces_;  // GUARDED_BY(ns_mu_), indexed by id
+  // NamespaceFingerprint of each (a sealed block's identity).
+  std::vector<std::array<std::byte, 32>> ns_fingerprints_;  // GUARDED_BY(ns_mu_)
 };
 
 }  // namespace kvtier::tiers::internal

@@ -1,0 +1,452 @@
+#include "tiers/block_seal.h"
+
+#include <fcntl.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace kvtier::tiers {
+namespace {
+
+constexpr uint8_t kSealVersion = 1;
+// HKDF's salt: names the purpose, so that a ring key used elsewhere too
+// (it should not be) gives other keys here.
+constexpr std::string_view kKdfSalt = "kvtier block seal v1";
+constexpr size_t kNonceBytes = 12;
+// A file of keys is small; more than this is not one.
+constexpr size_t kMaxKeyFileBytes = 64 << 10;
+// Derived keys cached at most (one per namespace and sealing process).
+constexpr size_t kMaxDataKeys = 4096;
+
+void PutLE(std::byte* p, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+uint64_t GetLE(const std::byte* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+struct CipherCtxFree {
+  void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
+};
+using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree>;
+
+// The associated data: the seal's version and everything of the identity.
+std::array<std::byte, 1 + 32 + 16 + 1 + 1 + 8> AssociatedData(const SealIdentity& id) {
+  std::array<std::byte, 1 + 32 + 16 + 1 + 1 + 8> ad{};
+  std::byte* p = ad.data();
+  *p++ = static_cast<std::byte>(kSealVersion);
+  std::memcpy(p, id.ns.data(), id.ns.size());
+  p += id.ns.size();
+  PutLE(p, id.key.hi, 8);
+  PutLE(p + 8, id.key.lo, 8);
+  p += 16;
+  *p++ = static_cast<std::byte>(id.form);
+  *p++ = static_cast<std::byte>(id.tier);
+  PutLE(p, id.bytes, 8);
+  return ad;
+}
+
+std::array<unsigned char, kNonceBytes> Nonce(uint64_t counter) {
+  std::array<unsigned char, kNonceBytes> iv{};
+  for (size_t i = 0; i < 8; ++i) iv[i] = static_cast<unsigned char>(counter >> (8 * i));
+  return iv;
+}
+
+// EVP's update takes an int length: larger spans go in pieces.
+template <typename Fn>
+bool InPieces(size_t bytes, Fn&& fn) {
+  constexpr size_t kPiece = size_t{1} << 30;
+  for (size_t at = 0; at < bytes; at += kPiece) {
+    if (!fn(at, static_cast<int>(std::min(kPiece, bytes - at)))) return false;
+  }
+  return true;
+}
+
+// A GCM context keyed with `key` and the nonce of `counter`, its associated
+// data fed; nullptr when OpenSSL fails.
+CipherCtx StartGcm(bool encrypt, const SealKey& key, uint64_t counter, const SealIdentity& id) {
+  CipherCtx ctx(EVP_CIPHER_CTX_new());
+  if (!ctx) return nullptr;
+  const auto iv = Nonce(counter);
+  const auto* k = reinterpret_cast<const unsigned char*>(key.data());
+  auto init = encrypt ? EVP_EncryptInit_ex : EVP_DecryptInit_ex;
+  if (init(ctx.get(), EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_IVLEN, kNonceBytes, nullptr) != 1 ||
+      init(ctx.get(), nullptr, nullptr, k, iv.data()) != 1) {
+    return nullptr;
+  }
+  const auto ad = AssociatedData(id);
+  int len = 0;
+  auto update = encrypt ? EVP_EncryptUpdate : EVP_DecryptUpdate;
+  if (update(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char*>(ad.data()),
+             static_cast<int>(ad.size())) != 1) {
+    return nullptr;
+  }
+  return ctx;
+}
+
+}  // namespace
+
+// ---- KeyRing -------------------------------------------------------------------
+
+Result<KeyRing> KeyRing::Parse(std::string_view text) {
+  KeyRing ring;
+  size_t entry = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '#') {
+      while (i < text.size() && text[i] != '\n') ++i;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',') {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < text.size() && text[end] != ' ' && text[end] != '\t' && text[end] != '\n' &&
+           text[end] != '\r' && text[end] != ',' && text[end] != '#') {
+      ++end;
+    }
+    const std::string_view item = text.substr(i, end - i);
+    i = end;
+    ++entry;
+    const std::string where = "key entry " + std::to_string(entry);
+    const size_t colon = item.find(':');
+    if (colon == std::string_view::npos || colon == 0 || colon > 10) {
+      return InvalidArgumentError(where + ": expected <id>:<64 hex digits>");
+    }
+    uint64_t id = 0;
+    for (char d : item.substr(0, colon)) {
+      if (d < '0' || d > '9') return InvalidArgumentError(where + ": the id is not a number");
+      id = id * 10 + static_cast<uint64_t>(d - '0');
+    }
+    if (id == 0 || id > UINT32_MAX) {
+      return InvalidArgumentError(where + ": the id must be 1 to 4294967295");
+    }
+    const std::string_view hex = item.substr(colon + 1);
+    if (hex.size() != 2 * kSealKeyBytes) {
+      return InvalidArgumentError(where + " (id " + std::to_string(id) + "): the key must be " +
+                                  std::to_string(2 * kSealKeyBytes) + " hex digits, not " +
+                                  std::to_string(hex.size()));
+    }
+    SealKey key{};
+    for (size_t b = 0; b < kSealKeyBytes; ++b) {
+      const int hi = HexDigit(hex[2 * b]), lo = HexDigit(hex[2 * b + 1]);
+      if (hi < 0 || lo < 0) {
+        return InvalidArgumentError(where + " (id " + std::to_string(id) +
+                                    "): the key holds a character that is not a hex digit");
+      }
+      key[b] = static_cast<std::byte>(hi << 4 | lo);
+    }
+    if (ring.Find(static_cast<uint32_t>(id)) != nullptr) {
+      return InvalidArgumentError(where + ": id " + std::to_string(id) + " appears twice");
+    }
+    ring.keys_.emplace_back(static_cast<uint32_t>(id), key);
+  }
+  if (ring.keys_.empty()) return InvalidArgumentError("no key: expected <id>:<64 hex digits>");
+  return ring;
+}
+
+const SealKey* KeyRing::Find(uint32_t id) const {
+  for (const auto& [k, key] : keys_) {
+    if (k == id) return &key;
+  }
+  return nullptr;
+}
+
+std::vector<uint32_t> KeyRing::ids() const {
+  std::vector<uint32_t> out;
+  for (const auto& entry : keys_) out.push_back(entry.first);
+  return out;
+}
+
+Result<KeyRing> LoadKeyRing(const std::string& path) {
+  if (path.empty()) {
+    const char* env = std::getenv(kBlockKeysEnv);
+    if (env == nullptr || *env == '\0') return NotFoundError("no block keys configured");
+    Result<KeyRing> ring = KeyRing::Parse(env);
+    if (!ring) return ring.status().WithContext(std::string(kBlockKeysEnv));
+    return ring;
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    return IoError("block keys file " + path + ": " + std::strerror(err));
+  }
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    return IoError("block keys file " + path + ": " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return InvalidArgumentError("block keys file " + path + " is not a regular file");
+  }
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return PermissionDeniedError("block keys file " + path + " has mode " + mode +
+                                 ": its group or others may read or write it; refused "
+                                 "(chmod 600 " +
+                                 path + ")");
+  }
+  std::string text(kMaxKeyFileBytes + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      return IoError("block keys file " + path + ": " + std::strerror(err));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got > kMaxKeyFileBytes) {
+    return InvalidArgumentError("block keys file " + path + " is larger than " +
+                                std::to_string(kMaxKeyFileBytes) + " bytes: not a key file");
+  }
+  text.resize(got);
+  Result<KeyRing> ring = KeyRing::Parse(text);
+  OPENSSL_cleanse(text.data(), text.size());
+  if (!ring) return ring.status().WithContext("block keys file " + path);
+  return ring;
+}
+
+std::array<std::byte, 32> NamespaceFingerprint(std::string_view model, std::string_view salt,
+                                               std::string_view layout) {
+  std::string text;
+  for (std::string_view part : {std::string_view("kvtier namespace"), model, salt, layout}) {
+    std::byte len[8];
+    PutLE(len, part.size(), 8);
+    text.append(reinterpret_cast<const char*>(len), sizeof(len));
+    text.append(part);
+  }
+  std::array<std::byte, 32> out{};
+  unsigned int n = 0;
+  const int ok = EVP_Digest(text.data(), text.size(), reinterpret_cast<unsigned char*>(out.data()),
+                            &n, EVP_sha256(), nullptr);
+  if (ok != 1 || n != out.size()) {
+    std::fprintf(stderr, "kvtier: OpenSSL's SHA-256 failed\n");
+    std::abort();
+  }
+  return out;
+}
+
+// ---- Seal ------------------------------------------------------------------------
+
+uint64_t SealToken(const Seal& seal) { return GetLE(seal.tag.data(), 8); }
+
+std::array<std::byte, kSealBytes> EncodeSeal(const Seal& seal) {
+  std::array<std::byte, kSealBytes> out{};
+  out[0] = static_cast<std::byte>(kSealVersion);
+  PutLE(&out[4], seal.key_id, 4);
+  PutLE(&out[8], seal.writer, 8);
+  PutLE(&out[16], seal.counter, 8);
+  std::memcpy(&out[24], seal.tag.data(), kSealTagBytes);
+  return out;
+}
+
+Result<Seal> DecodeSeal(std::span<const std::byte> bytes) {
+  if (bytes.size() != kSealBytes) {
+    return CorruptionError("block seal of " + std::to_string(bytes.size()) + " bytes, not " +
+                           std::to_string(kSealBytes));
+  }
+  if (bytes[0] != static_cast<std::byte>(kSealVersion)) {
+    return CorruptionError("block seal of version " +
+                           std::to_string(static_cast<unsigned>(bytes[0])) + ", not " +
+                           std::to_string(kSealVersion));
+  }
+  if (bytes[1] != std::byte{0} || bytes[2] != std::byte{0} || bytes[3] != std::byte{0}) {
+    return CorruptionError("block seal with its reserved bytes set");
+  }
+  Seal seal;
+  seal.key_id = static_cast<uint32_t>(GetLE(&bytes[4], 4));
+  seal.writer = GetLE(&bytes[8], 8);
+  seal.counter = GetLE(&bytes[16], 8);
+  std::memcpy(seal.tag.data(), &bytes[24], kSealTagBytes);
+  if (seal.key_id == 0 || seal.counter == 0) {
+    return CorruptionError("block seal without a key id or a counter");
+  }
+  return seal;
+}
+
+// ---- BlockSealer -------------------------------------------------------------------
+
+struct BlockSealer::Opener::State {
+  CipherCtx ctx;
+  Seal seal;
+  uint64_t expected = 0;
+  uint64_t fed = 0;
+  bool failed = false;
+};
+
+BlockSealer::Opener::Opener(std::unique_ptr<State> state) : state_(std::move(state)) {}
+BlockSealer::Opener::Opener(Opener&&) noexcept = default;
+BlockSealer::Opener& BlockSealer::Opener::operator=(Opener&&) noexcept = default;
+BlockSealer::Opener::~Opener() = default;
+
+Status BlockSealer::Opener::Update(std::span<std::byte> part) {
+  State& s = *state_;
+  if (s.failed) return CorruptionError("block seal: an earlier part failed");
+  auto* p = reinterpret_cast<unsigned char*>(part.data());
+  const bool ok = InPieces(part.size(), [&](size_t at, int n) {
+    int len = 0;
+    return EVP_DecryptUpdate(s.ctx.get(), p + at, &len, p + at, n) == 1 && len == n;
+  });
+  s.fed += part.size();
+  if (!ok) {
+    s.failed = true;
+    return InternalError("block seal: OpenSSL's AES-GCM decryption failed");
+  }
+  return Status::Ok();
+}
+
+Status BlockSealer::Opener::Finish() {
+  State& s = *state_;
+  if (s.failed) return CorruptionError("block seal: an earlier part failed");
+  if (s.fed != s.expected) {
+    return CorruptionError("block seal: " + std::to_string(s.fed) + " bytes opened of " +
+                           std::to_string(s.expected));
+  }
+  int len = 0;
+  unsigned char tail[16];
+  if (EVP_CIPHER_CTX_ctrl(s.ctx.get(), EVP_CTRL_GCM_SET_TAG, kSealTagBytes, s.seal.tag.data()) !=
+          1 ||
+      EVP_DecryptFinal_ex(s.ctx.get(), tail, &len) != 1) {
+    s.failed = true;
+    return CorruptionError("the block does not open under its seal (key " +
+                           std::to_string(s.seal.key_id) +
+                           "): its bytes, its seal or its identity (namespace, key, form, tier, "
+                           "length) differ from what was sealed");
+  }
+  return Status::Ok();
+}
+
+BlockSealer::BlockSealer(KeyRing keys) : keys_(std::move(keys)) {
+  // A writer id of 0 is never drawn (DecodeSeal accepts it, but a fixed
+  // value would be the first thing to collide).
+  while (writer_ == 0) {
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&writer_), sizeof(writer_)) != 1) {
+      std::fprintf(stderr, "kvtier: OpenSSL's RAND_bytes failed: no writer id for block seals\n");
+      std::abort();
+    }
+  }
+}
+
+BlockSealer::~BlockSealer() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, key] : data_keys_) OPENSSL_cleanse(key.data(), key.size());
+}
+
+Result<SealKey> BlockSealer::DataKey(uint32_t key_id, const SealKey& ring_key,
+                                     const std::array<std::byte, 32>& ns, uint64_t writer) {
+  const auto cache_key = std::make_tuple(key_id, ns, writer);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = data_keys_.find(cache_key); it != data_keys_.end()) return it->second;
+  }
+  // info = namespace || writer: a key per namespace and sealing process.
+  std::array<std::byte, 40> info{};
+  std::memcpy(info.data(), ns.data(), ns.size());
+  PutLE(info.data() + 32, writer, 8);
+  SealKey out{};
+  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  EVP_KDF_CTX* kctx = kdf != nullptr ? EVP_KDF_CTX_new(kdf) : nullptr;
+  EVP_KDF_free(kdf);
+  if (kctx == nullptr) return InternalError("block seal: OpenSSL has no HKDF");
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<std::byte*>(ring_key.data()),
+                                        ring_key.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<char*>(kKdfSalt.data()),
+                                        kKdfSalt.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info.data(), info.size()),
+      OSSL_PARAM_construct_end()};
+  const int ok =
+      EVP_KDF_derive(kctx, reinterpret_cast<unsigned char*>(out.data()), out.size(), params);
+  EVP_KDF_CTX_free(kctx);
+  if (ok != 1) return InternalError("block seal: HKDF failed");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (data_keys_.size() >= kMaxDataKeys) {
+    for (auto& [id, key] : data_keys_) OPENSSL_cleanse(key.data(), key.size());
+    data_keys_.clear();
+  }
+  data_keys_.emplace(cache_key, out);
+  return out;
+}
+
+Result<Seal> BlockSealer::SealBlock(const SealIdentity& id, std::span<const std::byte> in,
+                                    std::span<std::byte> out) {
+  assert(in.size() == out.size() && in.size() == id.bytes);
+  Seal seal;
+  seal.key_id = keys_.current_id();
+  seal.writer = writer_;
+  seal.counter = counter_.fetch_add(1, std::memory_order_relaxed) + 1;
+  KVTIER_ASSIGN_OR_RETURN(SealKey key, DataKey(seal.key_id, keys_.current(), id.ns, writer_));
+  CipherCtx ctx = StartGcm(true, key, seal.counter, id);
+  OPENSSL_cleanse(key.data(), key.size());
+  if (!ctx) return InternalError("block seal: OpenSSL's AES-256-GCM would not start");
+  const auto* src = reinterpret_cast<const unsigned char*>(in.data());
+  auto* dst = reinterpret_cast<unsigned char*>(out.data());
+  int len = 0;
+  const bool ok = InPieces(in.size(), [&](size_t at, int n) {
+    int got = 0;
+    return EVP_EncryptUpdate(ctx.get(), dst + at, &got, src + at, n) == 1 && got == n;
+  });
+  unsigned char tail[16];
+  if (!ok || EVP_EncryptFinal_ex(ctx.get(), tail, &len) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kSealTagBytes, seal.tag.data()) != 1) {
+    return InternalError("block seal: OpenSSL's AES-256-GCM encryption failed");
+  }
+  return seal;
+}
+
+Result<BlockSealer::Opener> BlockSealer::StartOpen(const SealIdentity& id, const Seal& seal) {
+  const SealKey* ring_key = keys_.Find(seal.key_id);
+  if (ring_key == nullptr) {
+    return CorruptionError("the block was sealed under key " + std::to_string(seal.key_id) +
+                           ", which is not among the configured keys (rotated out?)");
+  }
+  KVTIER_ASSIGN_OR_RETURN(SealKey key, DataKey(seal.key_id, *ring_key, id.ns, seal.writer));
+  auto state = std::make_unique<Opener::State>();
+  state->ctx = StartGcm(false, key, seal.counter, id);
+  OPENSSL_cleanse(key.data(), key.size());
+  if (!state->ctx) return InternalError("block seal: OpenSSL's AES-256-GCM would not start");
+  state->seal = seal;
+  state->expected = id.bytes;
+  return Opener(std::move(state));
+}
+
+Status BlockSealer::Open(const SealIdentity& id, const Seal& seal, std::span<std::byte> bytes) {
+  KVTIER_ASSIGN_OR_RETURN(Opener opener, StartOpen(id, seal));
+  KVTIER_RETURN_IF_ERROR(opener.Update(bytes));
+  return opener.Finish();
+}
+
+}  // namespace kvtier::tiers
