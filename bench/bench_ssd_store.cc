@@ -46,7 +46,11 @@
 // --fio_bin=PATH (default: no fio part), --rounds=N (default 6),
 // --slice_mib=N (default 256; on disk at most: 2 slices + 64 MiB),
 // --only=op:bs:depth[,...] (e.g. fill:256k:1 or write:*:8; default all),
-// --sources=N (payloads: see g_sources; default 0, one per thread as fio).
+// --sources=N (payloads: see g_sources; default 0, one per thread as fio);
+// --seal: a fourth leg in each round of the fio part, a store with block
+// keys (every block sealed with AES-256-GCM on write and opened on read,
+// tiers/block_seal.h) over the same payloads, reported as sealed/ssd: what
+// encryption at rest costs the tier.
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
@@ -70,6 +74,7 @@
 
 #include "bench_util.h"
 #include "common/units.h"
+#include "tiers/block_seal.h"
 #include "tiers/internal/block_file.h"
 #include "tiers/internal/ssd_store.h"
 
@@ -87,6 +92,7 @@ uint64_t g_batch_bytes = 512 * kMiB;
 std::string g_fio_bin;  // empty: no interleaved comparison with fio
 int g_rounds = 6;
 uint64_t g_slice_bytes = 256 * kMiB;
+bool g_seal = false;  // --seal: the sealed store as a fourth leg
 
 // Payloads written: 0 (default) = one per writing thread, reused for each of
 // its writes, exactly as fio reuses its one buffer per job; N > 0 = N
@@ -219,23 +225,40 @@ struct SsdSubject : Subject {
   }
 };
 
-// A new store under g_dir/ssd whose slots for one batch are allocated.
-// `sparse`: its file is not prepared (writes go into holes).
+// The sealed store's keys: one fixed key (what is measured is the cipher's
+// cost, not the key's secrecy).
+std::shared_ptr<tiers::BlockSealer> BenchSealer() {
+  static auto sealer =
+      std::make_shared<tiers::BlockSealer>(*tiers::KeyRing::Parse("1:" + std::string(64, '7')));
+  return sealer;
+}
+
+// A new store under g_dir/ssd (g_dir/ssd-sealed when `sealed`: its blocks
+// sealed) whose slots for one batch are allocated. `sparse`: its file is not
+// prepared (writes go into holes).
 std::unique_ptr<SsdSubject> MakeSsd(uint64_t block_bytes, bool sparse, uint64_t batch_bytes,
-                                    std::string* error) {
-  fs::remove_all(g_dir + "/ssd");
+                                    std::string* error, bool sealed = false) {
+  const std::string dir = g_dir + (sealed ? "/ssd-sealed" : "/ssd");
+  fs::remove_all(dir);
   auto s = std::make_unique<SsdSubject>(block_bytes);
   SsdOptions o;
-  o.dir = g_dir + "/ssd";
+  o.dir = dir;
   o.capacity_bytes = batch_bytes + 64 * kMiB;
   o.preallocate =
       sparse ? tiers::internal::SsdPreallocate::kSparse : tiers::internal::SsdPreallocate::kWrite;
+  if (sealed) o.sealer = BenchSealer();
   auto store = SsdStore::Open(o);
   if (!store.ok()) {
     *error = store.status().ToString();
     return nullptr;
   }
   s->store = std::move(store).value();
+  // A sealed block's identity names its namespace: namespace 0.
+  if (auto ns = s->store->RegisterNamespace("bench", "", Layout{1, 1, 64, DType::kFloat16, 16});
+      !ns.ok()) {
+    *error = ns.status().ToString();
+    return nullptr;
+  }
   const size_t n = batch_bytes / block_bytes;
   for (size_t i = 0; i < n; ++i) {
     auto slot = s->store->Allocate(block_bytes);
@@ -506,6 +529,7 @@ struct Interleaved {
   const Size* size = nullptr;
   int depth = 0;
   std::vector<double> store_bps, raw_bps, fio_bps;  // per round
+  std::vector<double> sealed_bps;                   // per round, with --seal
 
   // Total bytes over total time, each side.
   static double Sum(const std::vector<double>& bps) {
@@ -562,7 +586,7 @@ bool RunInterleaved(std::vector<Interleaved>* results) {
     }
     // `fill` and `fill_sparse` make a new store each round (untimed);
     // `write` makes one that `read` reads.
-    std::unique_ptr<SsdSubject> s;
+    std::unique_ptr<SsdSubject> s, sealed;  // sealed: with --seal
     for (const char* op : {"fill", "fill_sparse", "write", "read"}) {
       const std::string_view name = op;
       const bool read = name == "read", fill = name.starts_with("fill");
@@ -571,34 +595,42 @@ bool RunInterleaved(std::vector<Interleaved>* results) {
         s.reset();  // a store holds its directory's lock
         s = MakeSsd(size.bytes, false, bytes, &error);
         if (s != nullptr) error = s->WriteAll(kMaxDepth);
+        if (g_seal && error.empty()) {
+          sealed.reset();
+          sealed = MakeSsd(size.bytes, false, bytes, &error, true);
+          if (sealed != nullptr) error = sealed->WriteAll(kMaxDepth);
+        }
       }
       for (int depth : kDepths) {
         if (!Selected(op, size, depth)) continue;
         Interleaved r{op, &size, depth, {}, {}, {}};
         for (int round = 0; round < g_rounds && error.empty(); ++round) {
           // Three legs, their order rotating by round: fio, the store, and
-          // the store's file written or read raw (RawAll).
-          double bps[3] = {0, 0, 0};
-          for (int k = 0; k < 3 && error.empty(); ++k) {
-            const int leg = (round + k) % 3;
+          // the store's file written or read raw (RawAll); with --seal a
+          // fourth, the sealed store.
+          const int legs = g_seal ? 4 : 3;
+          double bps[4] = {0, 0, 0, 0};
+          for (int k = 0; k < legs && error.empty(); ++k) {
+            const int leg = (round + k) % legs;
             if (leg == 0) {
               bps[0] = RunFio(fio_file, read ? "read" : "write", size, depth, bytes, &error);
               continue;
             }
+            std::unique_ptr<SsdSubject>& subject = leg == 3 ? sealed : s;
             if (fill) {
-              s.reset();
-              s = MakeSsd(size.bytes, name == "fill_sparse", bytes, &error);
-            } else if (!read && leg == 1) {
-              error = s->Refill();
+              subject.reset();
+              subject = MakeSsd(size.bytes, name == "fill_sparse", bytes, &error, leg == 3);
+            } else if (!read && leg != 2) {
+              error = subject->Refill();
             }
             if (!error.empty()) break;
             const auto t0 = std::chrono::steady_clock::now();
             if (leg == 2) {
               error = s->RawAll(depth, read);
             } else if (read) {
-              if (!s->ReadAll(depth)) error = "SsdStore read failed";
+              if (!subject->ReadAll(depth)) error = "SsdStore read failed";
             } else {
-              error = s->WriteAll(depth);
+              error = subject->WriteAll(depth);
             }
             bps[leg] = static_cast<double>(bytes) / SecondsSince(t0);
           }
@@ -606,9 +638,12 @@ bool RunInterleaved(std::vector<Interleaved>* results) {
           r.fio_bps.push_back(bps[0]);
           r.store_bps.push_back(bps[1]);
           r.raw_bps.push_back(bps[2]);
+          if (g_seal) r.sealed_bps.push_back(bps[3]);
           std::printf(
-              "%-11s %-5s depth %d round %d: SsdStore %6.2f GB/s, raw %6.2f GB/s, fio %6.2f GB/s\n",
+              "%-11s %-5s depth %d round %d: SsdStore %6.2f GB/s, raw %6.2f GB/s, fio %6.2f GB/s",
               op, size.name, depth, round, bps[1] / 1e9, bps[2] / 1e9, bps[0] / 1e9);
+          if (g_seal) std::printf(", sealed %6.2f GB/s", bps[3] / 1e9);
+          std::printf("\n");
           std::fflush(stdout);
         }
         if (!error.empty()) {
@@ -651,6 +686,27 @@ void PrintInterleaved(const std::vector<Interleaved>& results) {
       "goal: ssd/fio >= 0.80 for reads and writes. own raw: the same payloads at the same "
       "offsets of the store's file, plain pwrite/pread (the store less its checksum and "
       "record). blobs 0 = not run\n");
+  if (!g_seal) return;
+  std::printf(
+      "\n=== The sealed store (AES-256-GCM on every write and read) vs the store, same rounds\n");
+  std::printf("%-11s %-5s %5s %9s %9s %11s %8s %15s\n", "op", "bs", "depth", "sealed", "SsdStore",
+              "sealed/ssd", "median", "round min-max");
+  for (const Interleaved& r : results) {
+    std::vector<double> ratios;
+    for (size_t i = 0; i < r.sealed_bps.size(); ++i) {
+      ratios.push_back(r.sealed_bps[i] / r.store_bps[i]);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    const size_t n = ratios.size();
+    if (n == 0) continue;
+    const double median = n % 2 == 1 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+    const double sealed = Interleaved::Sum(r.sealed_bps) / 1e9;
+    const double store = Interleaved::Sum(r.store_bps) / 1e9;
+    std::printf("%-11s %-5s %5d %9.2f %9.2f %10.2fx %7.2fx %7.2f-%5.2fx\n", r.op.c_str(),
+                r.size->name, r.depth, sealed, store, Ratio(sealed, store), median, ratios.front(),
+                ratios.back());
+  }
+  std::printf("goal: sealed/ssd >= 0.90\n");
 }
 
 }  // namespace
@@ -674,6 +730,8 @@ int main(int argc, char** argv) {
       g_sources = std::atoi(argv[i] + 10);
     } else if (arg.starts_with("--only=")) {
       g_only = std::string(arg.substr(7));
+    } else if (arg == "--seal") {
+      g_seal = true;
     } else if (arg.starts_with("--slice_mib=")) {
       g_slice_bytes = std::strtoull(argv[i] + 12, nullptr, 10) * kvtier::kMiB;
     } else {

@@ -401,30 +401,75 @@ Result<SealKey> BlockSealer::DataKey(uint32_t key_id, const SealKey& ring_key,
   return out;
 }
 
+struct BlockSealer::Sealing::State {
+  CipherCtx ctx;
+  Seal seal;
+  uint64_t expected = 0;
+  uint64_t fed = 0;
+  bool failed = false;
+};
+
+BlockSealer::Sealing::Sealing(std::unique_ptr<State> state) : state_(std::move(state)) {}
+BlockSealer::Sealing::Sealing(Sealing&&) noexcept = default;
+BlockSealer::Sealing& BlockSealer::Sealing::operator=(Sealing&&) noexcept = default;
+BlockSealer::Sealing::~Sealing() = default;
+
+Status BlockSealer::Sealing::Update(std::span<const std::byte> in, std::span<std::byte> out) {
+  assert(in.size() == out.size());
+  State& s = *state_;
+  if (s.failed) return InternalError("block seal: an earlier part failed");
+  const auto* src = reinterpret_cast<const unsigned char*>(in.data());
+  auto* dst = reinterpret_cast<unsigned char*>(out.data());
+  const bool ok = InPieces(in.size(), [&](size_t at, int n) {
+    int got = 0;
+    return EVP_EncryptUpdate(s.ctx.get(), dst + at, &got, src + at, n) == 1 && got == n;
+  });
+  s.fed += in.size();
+  if (!ok) {
+    s.failed = true;
+    return InternalError("block seal: OpenSSL's AES-256-GCM encryption failed");
+  }
+  return Status::Ok();
+}
+
+Result<Seal> BlockSealer::Sealing::Finish() {
+  State& s = *state_;
+  if (s.failed) return InternalError("block seal: an earlier part failed");
+  if (s.fed != s.expected) {
+    return InvalidArgumentError("block seal: " + std::to_string(s.fed) + " bytes sealed of " +
+                                std::to_string(s.expected));
+  }
+  int len = 0;
+  unsigned char tail[16];
+  if (EVP_EncryptFinal_ex(s.ctx.get(), tail, &len) != 1 ||
+      EVP_CIPHER_CTX_ctrl(s.ctx.get(), EVP_CTRL_GCM_GET_TAG, kSealTagBytes, s.seal.tag.data()) !=
+          1) {
+    s.failed = true;
+    return InternalError("block seal: OpenSSL's AES-256-GCM encryption failed");
+  }
+  return s.seal;
+}
+
+Result<BlockSealer::Sealing> BlockSealer::StartSeal(const SealIdentity& id) {
+  auto state = std::make_unique<Sealing::State>();
+  state->seal.key_id = keys_.current_id();
+  state->seal.writer = writer_;
+  state->seal.counter = counter_.fetch_add(1, std::memory_order_relaxed) + 1;
+  KVTIER_ASSIGN_OR_RETURN(SealKey key,
+                          DataKey(state->seal.key_id, keys_.current(), id.ns, writer_));
+  state->ctx = StartGcm(true, key, state->seal.counter, id);
+  OPENSSL_cleanse(key.data(), key.size());
+  if (!state->ctx) return InternalError("block seal: OpenSSL's AES-256-GCM would not start");
+  state->expected = id.bytes;
+  return Sealing(std::move(state));
+}
+
 Result<Seal> BlockSealer::SealBlock(const SealIdentity& id, std::span<const std::byte> in,
                                     std::span<std::byte> out) {
   assert(in.size() == out.size() && in.size() == id.bytes);
-  Seal seal;
-  seal.key_id = keys_.current_id();
-  seal.writer = writer_;
-  seal.counter = counter_.fetch_add(1, std::memory_order_relaxed) + 1;
-  KVTIER_ASSIGN_OR_RETURN(SealKey key, DataKey(seal.key_id, keys_.current(), id.ns, writer_));
-  CipherCtx ctx = StartGcm(true, key, seal.counter, id);
-  OPENSSL_cleanse(key.data(), key.size());
-  if (!ctx) return InternalError("block seal: OpenSSL's AES-256-GCM would not start");
-  const auto* src = reinterpret_cast<const unsigned char*>(in.data());
-  auto* dst = reinterpret_cast<unsigned char*>(out.data());
-  int len = 0;
-  const bool ok = InPieces(in.size(), [&](size_t at, int n) {
-    int got = 0;
-    return EVP_EncryptUpdate(ctx.get(), dst + at, &got, src + at, n) == 1 && got == n;
-  });
-  unsigned char tail[16];
-  if (!ok || EVP_EncryptFinal_ex(ctx.get(), tail, &len) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kSealTagBytes, seal.tag.data()) != 1) {
-    return InternalError("block seal: OpenSSL's AES-256-GCM encryption failed");
-  }
-  return seal;
+  KVTIER_ASSIGN_OR_RETURN(Sealing sealing, StartSeal(id));
+  KVTIER_RETURN_IF_ERROR(sealing.Update(in, out));
+  return sealing.Finish();
 }
 
 Result<BlockSealer::Opener> BlockSealer::StartOpen(const SealIdentity& id, const Seal& seal) {

@@ -139,6 +139,27 @@ class BlockSealer {
   Result<Seal> SealBlock(const SealIdentity& id, std::span<const std::byte> in,
                          std::span<std::byte> out);
 
+  // Sealing in parts, as they are written: Update encrypts each part of
+  // the block in order (into `out`, which may be `in`), Finish gives the
+  // seal once id.bytes went through.
+  class Sealing {
+   public:
+    Sealing(Sealing&&) noexcept;
+    Sealing& operator=(Sealing&&) noexcept;
+    ~Sealing();
+    // REQUIRES: out.size() == in.size().
+    Status Update(std::span<const std::byte> in, std::span<std::byte> out);
+    // InvalidArgument when other than id.bytes went through Update.
+    Result<Seal> Finish();
+
+   private:
+    friend class BlockSealer;
+    struct State;
+    explicit Sealing(std::unique_ptr<State> state);
+    std::unique_ptr<State> state_;
+  };
+  Result<Sealing> StartSeal(const SealIdentity& id);
+
   // Opening in parts, as they arrive: Update decrypts each part in place, in
   // order; Finish checks the tag. Until Finish returns OK the bytes are not
   // the block and must not be served.

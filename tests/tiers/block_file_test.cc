@@ -50,6 +50,45 @@ TEST(BlockFileTest, ReadAtInPartsHandsEveryPartOverInOrder) {
   }
 }
 
+// Writes in parts (through Linux AIO where the file does direct I/O, and
+// the default of a buffered file): each part filled in order, just before it
+// goes, and the file then holds what was filled; a fill that fails stops
+// the write and is its error.
+TEST(BlockFileTest, WriteAtInPartsFillsEachPartInOrderThenWritesIt) {
+  kvtier::testing::TempDir root(::testing::TempDir() + "block_file_write_parts_test");
+  const size_t size = 2 * kMiB + 12 * kKiB;
+  const Block want = MakeBlock(9, size);
+  for (bool direct : {true, false}) {
+    auto file = OpenBlockFile(root / (direct ? "direct" : "buffered"), direct, nullptr);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    for (size_t part : {size_t{64 * kKiB}, size_t{4 * kKiB}, size_t{4 * kMiB}}) {
+      Block data = MakeBlock(1, size);  // overwritten by the fills
+      size_t next = 0;
+      ASSERT_TRUE((*file)
+                      ->WriteAtInParts(0, data.span(), part,
+                                       [&](std::span<std::byte> p) {
+                                         EXPECT_EQ(p.data(), data.span().data() + next);
+                                         std::memcpy(p.data(), want.span().data() + next, p.size());
+                                         next += p.size();
+                                         return Status::Ok();
+                                       })
+                      .ok());
+      EXPECT_EQ(next, size);
+      Block got = MakeBlock(2, size);
+      ASSERT_TRUE((*file)->ReadAt(0, got.span()).ok());
+      EXPECT_EQ(std::memcmp(got.span().data(), want.span().data(), size), 0)
+          << "direct " << direct << ", part " << part;
+    }
+    Block data = MakeBlock(3, size);
+    int fills = 0;
+    const Status failed = (*file)->WriteAtInParts(0, data.span(), 64 * kKiB, [&](auto) {
+      return ++fills == 3 ? InternalError("the third part fails") : Status::Ok();
+    });
+    EXPECT_EQ(failed.code(), StatusCode::kInternal) << "direct " << direct;
+    EXPECT_EQ(fills, 3);
+  }
+}
+
 // Reads in parts from several threads at once, each lent an AIO context of
 // the pool (and given it back) or a new one: every read gets its own bytes.
 TEST(BlockFileTest, ReadsInPartsFromManyThreadsEachGetTheirBytes) {

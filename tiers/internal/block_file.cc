@@ -231,6 +231,71 @@ class PosixBlockFile final : public BlockFile {
     return status;
   }
 
+  Status WriteAtInParts(uint64_t offset, std::span<std::byte> data, size_t part,
+                        const FillFn& fill) override {
+    std::optional<AioContext> aio =
+        direct_ && data.size() > part ? AioContext::Borrow() : std::nullopt;
+    if (!aio) return BlockFile::WriteAtInParts(offset, data, part, fill);
+    constexpr size_t kMaxParts = AioContext::kMaxParts;
+    if (data.size() > part * kMaxParts) {
+      part = (data.size() / kMaxParts + kBlockFileAlignment) / kBlockFileAlignment *
+             kBlockFileAlignment;
+    }
+    const size_t parts = (data.size() + part - 1) / part;
+    auto part_of = [&](size_t k) {
+      return data.subspan(k * part, std::min(part, data.size() - k * part));
+    };
+    std::array<iocb, kMaxParts> cbs{};
+    std::array<bool, kMaxParts> submitted{};
+    size_t in_flight = 0;
+    Status status;
+    // Each part filled, then submitted at once (or written here when
+    // io_submit does not take it).
+    for (size_t k = 0; k < parts && status.ok(); ++k) {
+      const std::span<std::byte> p = part_of(k);
+      status = fill(p);
+      if (!status.ok()) break;
+      cbs[k].aio_data = k;
+      cbs[k].aio_lio_opcode = IOCB_CMD_PWRITE;
+      cbs[k].aio_fildes = static_cast<uint32_t>(fd_);
+      cbs[k].aio_buf = reinterpret_cast<uint64_t>(p.data());
+      cbs[k].aio_nbytes = p.size();
+      cbs[k].aio_offset = static_cast<int64_t>(offset + k * part);
+      iocb* one[1] = {&cbs[k]};
+      if (aio->Submit(one) == 1) {
+        submitted[k] = true;
+        ++in_flight;
+      } else {
+        status = WriteAt(offset + k * part, p);
+      }
+    }
+    // Every part in flight awaited, even after an error: nothing is written
+    // from `data` once this returns.
+    std::array<io_event, kMaxParts> events{};
+    while (in_flight > 0) {
+      const long n = aio->Wait(in_flight, events);
+      if (n < 0) {  // every write in flight ended with the context
+        if (status.ok()) status = IoError("write " + path_ + ": AIO context lost");
+        break;
+      }
+      for (size_t e = 0; e < static_cast<size_t>(n); ++e) {
+        const size_t k = events[e].data;
+        const long long res = events[e].res;
+        const std::span<std::byte> p = part_of(k);
+        const uint64_t at = offset + k * part;
+        if (!status.ok()) continue;
+        if (res < 0) {
+          status = ErrnoStatus(static_cast<int>(-res), "write", path_, at);
+        } else if (static_cast<size_t>(res) < p.size()) {
+          const auto got = static_cast<size_t>(res);  // short: the rest as WriteAt writes it
+          status = WriteAt(at + got, p.subspan(got));
+        }
+      }
+      in_flight -= static_cast<size_t>(n);
+    }
+    return status;
+  }
+
   Status Sync() override {
     if (::fdatasync(fd_) != 0) return ErrnoStatus(errno, "fdatasync", path_, 0);
     return Status::Ok();
@@ -265,6 +330,16 @@ Status BlockFile::ReadAtInParts(uint64_t offset, std::span<std::byte> out, size_
   KVTIER_RETURN_IF_ERROR(ReadAt(offset, out));
   for (size_t at = 0; at < out.size(); at += part) {
     landed(out.subspan(at, std::min(part, out.size() - at)));
+  }
+  return Status::Ok();
+}
+
+Status BlockFile::WriteAtInParts(uint64_t offset, std::span<std::byte> data, size_t part,
+                                 const FillFn& fill) {
+  for (size_t at = 0; at < data.size(); at += part) {
+    const std::span<std::byte> p = data.subspan(at, std::min(part, data.size() - at));
+    KVTIER_RETURN_IF_ERROR(fill(p));
+    KVTIER_RETURN_IF_ERROR(WriteAt(offset + at, p));
   }
   return Status::Ok();
 }

@@ -86,6 +86,19 @@ class BlockFile {
   using PartFn = std::function<void(std::span<const std::byte>)>;
   virtual Status ReadAtInParts(uint64_t offset, std::span<std::byte> out, size_t part,
                                const PartFn& landed);
+  // WriteAt, with `data` written as parts of `part` bytes (the last one
+  // shorter) and `fill(p)` called on each part in order just before it is
+  // written: the caller's work on one part (encrypting it) overlaps the
+  // writing of the parts before. A `fill` error stops it: nothing more is
+  // submitted, what is in flight is awaited, and the error returned (the
+  // file's bytes there are then unspecified, as after a failed WriteAt).
+  // This default fills each part and writes it with WriteAt in turn; the
+  // real file submits each part through Linux AIO as soon as it is filled
+  // when it does direct I/O. REQUIRES: as WriteAt, and `part` a positive
+  // multiple of kBlockFileAlignment.
+  using FillFn = std::function<Status(std::span<std::byte>)>;
+  virtual Status WriteAtInParts(uint64_t offset, std::span<std::byte> data, size_t part,
+                                const FillFn& fill);
   // fdatasync: written data and the file's size reach stable storage.
   virtual Status Sync() = 0;
   // Sets the file's size (ftruncate): growing is sparse and costs no disk.
