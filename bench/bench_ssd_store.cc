@@ -600,6 +600,11 @@ bool RunInterleaved(std::vector<Interleaved>* results) {
           sealed = MakeSsd(size.bytes, false, bytes, &error, true);
           if (sealed != nullptr) error = sealed->WriteAll(kMaxDepth);
         }
+      } else if (read && s != nullptr) {
+        // Written again (untimed): `write`'s raw legs wrote the payloads of
+        // other threads over some blocks (each thread has its own payload),
+        // which their checksums would refuse.
+        error = s->WriteAll(kMaxDepth);
       }
       for (int depth : kDepths) {
         if (!Selected(op, size, depth)) continue;

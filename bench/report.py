@@ -453,6 +453,39 @@ def section_ssd(build: Path, mode: Mode, place: Placement) -> Section:
                                    f"{min(goal_rows):.2f}×", "≥ 0.95×")])
 
 
+def section_seal(build: Path, mode: Mode, place: Placement) -> Section:
+    """The SSD store with block keys against without (bench/ssd_vs_fio.sh, SEAL=1)."""
+    env = dict(os.environ, ROUNDS=str(max(3, mode.runs if mode.quick else 6)),
+               SLICE_MIB="64" if mode.quick else "256", BENCH_FILTER="none", SEAL="1",
+               ONLY="write:*:*,read:*:*")
+    out = run([str(REPO / "bench" / "ssd_vs_fio.sh"), str(build),
+               os.environ.get("KVTIER_REPORT_DISK", "/var/tmp")], env=env)
+    rows = ["| op | block | in flight | sealed GB/s | SsdStore GB/s | sealed ÷ SsdStore, median (worst round) | goal |",
+            "|---|---|---:|---:|---:|---:|---|"]
+    part = out.split("=== The sealed store", 1)
+    if len(part) != 2:
+        raise RuntimeError("ssd_vs_fio.sh printed no sealed table:\n" + out[-2000:])
+    pat = re.compile(r"^(\w+)\s+(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+x\s+([\d.]+)x\s+([\d.]+)-\s*([\d.]+)x")
+    worst: list[float] = []
+    for line in part[1].splitlines():
+        m = pat.match(line)
+        if not m:
+            continue
+        op, bs, depth, sealed, store, median, lo, _hi = m.groups()
+        worst.append(float(lo))
+        rows.append(f"| {op} | {bs} | {depth} | {float(sealed):.2f} | {float(store):.2f} "
+                    f"| **{float(median):.2f}×** ({float(lo):.2f}×) "
+                    f"| ≥ 0.9× {'✓' if float(lo) >= 0.9 else '✗'} |")
+    if not worst:
+        raise RuntimeError("ssd_vs_fio.sh printed no sealed rows:\n" + out[-2000:])
+    table = "\n".join(rows) + (f"\n\n{env['ROUNDS']} rounds of {env['SLICE_MIB']} MiB per case; "
+                               "each round runs fio, the store, its own raw I/O and the store "
+                               "with block keys (AES-256-GCM on every write and read) in "
+                               "rotating order.")
+    return Section("seal", table, [("SSD tier with block keys ÷ without, worst case (worst round)",
+                                    f"{min(worst):.2f}×", "≥ 0.9×")])
+
+
 def section_remote(build: Path, mode: Mode, place: Placement) -> Section:
     """The remote tier against raw hiredis on a 3-master Redis Cluster."""
     env = dict(os.environ, ROUNDS=str(max(3, mode.runs)), SLICE_MIB="32" if mode.quick else "128",
@@ -623,6 +656,7 @@ SECTIONS: dict[str, Callable[[Path, Mode, Placement], Section]] = {
     "data-busy": with_busy_core(section_data),
     "python": section_python,
     "ssd": section_ssd,
+    "seal": section_seal,
     "remote": section_remote,
     "replay": section_replay,
     "fp8": section_fp8,

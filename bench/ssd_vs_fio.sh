@@ -21,7 +21,9 @@
 # MIN_TIME (default 0.2), REPETITIONS (default 1) and BATCH_MIB (default 256)
 # trade time for stability; BENCH_FILTER (default blob_) picks the Google
 # Benchmark part (e.g. "ssd_|blob_" for both, "none" for neither); ONLY picks
-# interleaved cases as op:bs:depth[,...] (e.g. "fill:256k:1", "*:2M:*").
+# interleaved cases as op:bs:depth[,...] (e.g. "fill:256k:1", "*:2M:*");
+# SEAL=1 adds the store with block keys (every block sealed with AES-256-GCM)
+# as a fourth leg of each round, and its table (sealed ÷ the store).
 # About 2.5 minutes; at most ~0.6 GiB on disk at a time; all removed at exit.
 set -euo pipefail
 
@@ -41,7 +43,7 @@ df -hT "$dir" | tail -n 1
 
 "$build_dir/bench/bench_ssd_store" --dir="$dir" --fio_bin="$fio_bin" \
   --rounds="${ROUNDS:-6}" --slice_mib="${SLICE_MIB:-256}" --only="${ONLY:-}" \
-  --sources="${SOURCES:-0}" \
+  --sources="${SOURCES:-0}" ${SEAL:+--seal} \
   --batch_mib="${BATCH_MIB:-256}" --benchmark_filter="${BENCH_FILTER:-blob_}" \
   --benchmark_min_time="${MIN_TIME:-0.2}" --benchmark_repetitions="${REPETITIONS:-1}" \
   --benchmark_report_aggregates_only=true
