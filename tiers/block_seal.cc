@@ -297,21 +297,21 @@ Result<Seal> DecodeSeal(std::span<const std::byte> bytes) {
 
 // ---- BlockSealer -------------------------------------------------------------------
 
-struct BlockSealer::Opener::State {
+struct BlockSealer::Gcm {
   CipherCtx ctx;
   Seal seal;
-  uint64_t expected = 0;
-  uint64_t fed = 0;
+  uint64_t expected = 0;  // the block's bytes
+  uint64_t fed = 0;       // through Update so far
   bool failed = false;
 };
 
-BlockSealer::Opener::Opener(std::unique_ptr<State> state) : state_(std::move(state)) {}
+BlockSealer::Opener::Opener(std::unique_ptr<Gcm> state) : state_(std::move(state)) {}
 BlockSealer::Opener::Opener(Opener&&) noexcept = default;
 BlockSealer::Opener& BlockSealer::Opener::operator=(Opener&&) noexcept = default;
 BlockSealer::Opener::~Opener() = default;
 
 Status BlockSealer::Opener::Update(std::span<std::byte> part) {
-  State& s = *state_;
+  Gcm& s = *state_;
   if (s.failed) return CorruptionError("block seal: an earlier part failed");
   auto* p = reinterpret_cast<unsigned char*>(part.data());
   const bool ok = InPieces(part.size(), [&](size_t at, int n) {
@@ -327,7 +327,7 @@ Status BlockSealer::Opener::Update(std::span<std::byte> part) {
 }
 
 Status BlockSealer::Opener::Finish() {
-  State& s = *state_;
+  Gcm& s = *state_;
   if (s.failed) return CorruptionError("block seal: an earlier part failed");
   if (s.fed != s.expected) {
     return CorruptionError("block seal: " + std::to_string(s.fed) + " bytes opened of " +
@@ -401,22 +401,14 @@ Result<SealKey> BlockSealer::DataKey(uint32_t key_id, const SealKey& ring_key,
   return out;
 }
 
-struct BlockSealer::Sealing::State {
-  CipherCtx ctx;
-  Seal seal;
-  uint64_t expected = 0;
-  uint64_t fed = 0;
-  bool failed = false;
-};
-
-BlockSealer::Sealing::Sealing(std::unique_ptr<State> state) : state_(std::move(state)) {}
+BlockSealer::Sealing::Sealing(std::unique_ptr<Gcm> state) : state_(std::move(state)) {}
 BlockSealer::Sealing::Sealing(Sealing&&) noexcept = default;
 BlockSealer::Sealing& BlockSealer::Sealing::operator=(Sealing&&) noexcept = default;
 BlockSealer::Sealing::~Sealing() = default;
 
 Status BlockSealer::Sealing::Update(std::span<const std::byte> in, std::span<std::byte> out) {
   assert(in.size() == out.size());
-  State& s = *state_;
+  Gcm& s = *state_;
   if (s.failed) return InternalError("block seal: an earlier part failed");
   const auto* src = reinterpret_cast<const unsigned char*>(in.data());
   auto* dst = reinterpret_cast<unsigned char*>(out.data());
@@ -433,7 +425,7 @@ Status BlockSealer::Sealing::Update(std::span<const std::byte> in, std::span<std
 }
 
 Result<Seal> BlockSealer::Sealing::Finish() {
-  State& s = *state_;
+  Gcm& s = *state_;
   if (s.failed) return InternalError("block seal: an earlier part failed");
   if (s.fed != s.expected) {
     return InvalidArgumentError("block seal: " + std::to_string(s.fed) + " bytes sealed of " +
@@ -451,7 +443,7 @@ Result<Seal> BlockSealer::Sealing::Finish() {
 }
 
 Result<BlockSealer::Sealing> BlockSealer::StartSeal(const SealIdentity& id) {
-  auto state = std::make_unique<Sealing::State>();
+  auto state = std::make_unique<Gcm>();
   state->seal.key_id = keys_.current_id();
   state->seal.writer = writer_;
   state->seal.counter = counter_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -479,7 +471,7 @@ Result<BlockSealer::Opener> BlockSealer::StartOpen(const SealIdentity& id, const
                            ", which is not among the configured keys (rotated out?)");
   }
   KVTIER_ASSIGN_OR_RETURN(SealKey key, DataKey(seal.key_id, *ring_key, id.ns, seal.writer));
-  auto state = std::make_unique<Opener::State>();
+  auto state = std::make_unique<Gcm>();
   state->ctx = StartGcm(false, key, seal.counter, id);
   OPENSSL_cleanse(key.data(), key.size());
   if (!state->ctx) return InternalError("block seal: OpenSSL's AES-256-GCM would not start");

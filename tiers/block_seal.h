@@ -126,6 +126,9 @@ std::array<std::byte, kSealBytes> EncodeSeal(const Seal& seal);
 Result<Seal> DecodeSeal(std::span<const std::byte> bytes);
 
 class BlockSealer {
+  // One block's AES-256-GCM context in parts (a Sealing's or an Opener's).
+  struct Gcm;
+
  public:
   explicit BlockSealer(KeyRing keys);
   ~BlockSealer();
@@ -154,9 +157,8 @@ class BlockSealer {
 
    private:
     friend class BlockSealer;
-    struct State;
-    explicit Sealing(std::unique_ptr<State> state);
-    std::unique_ptr<State> state_;
+    explicit Sealing(std::unique_ptr<Gcm> state);
+    std::unique_ptr<Gcm> state_;
   };
   Result<Sealing> StartSeal(const SealIdentity& id);
 
@@ -175,9 +177,8 @@ class BlockSealer {
 
    private:
     friend class BlockSealer;
-    struct State;
-    explicit Opener(std::unique_ptr<State> state);
-    std::unique_ptr<State> state_;
+    explicit Opener(std::unique_ptr<Gcm> state);
+    std::unique_ptr<Gcm> state_;
   };
   // Corruption when the seal's key is not in the ring (rotated out: the
   // message says so).
