@@ -494,7 +494,7 @@ Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::
         const size_t left =
             stored.block_bytes > done ? static_cast<size_t>(stored.block_bytes - done) : 0;
         const size_t n = std::min(part.size(), left);
-        Status st = sealing.Update(bytes.subspan(done, n), part.first(n));
+        Status st = n > 0 ? sealing.Update(bytes.subspan(done, n), part.first(n)) : Status::Ok();
         std::memset(part.data() + n, 0, part.size() - n);
         done += part.size();
         return st;
@@ -556,23 +556,17 @@ Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
       BlockChecksumStream stream;
       Status opened;
       size_t fed = 0;  // bytes of `out` checksummed or opened (the padding is not)
-      KVTIER_RETURN_IF_ERROR(file_
-                                 ->ReadAtInParts(slot.offset(), out, part_bytes,
-                                                 [&](std::span<const std::byte> part) {
-                                                   const size_t left =
-                                                       record.block_bytes > fed
-                                                           ? record.block_bytes - fed
-                                                           : 0;
-                                                   const size_t n = std::min(part.size(), left);
-                                                   if (opener) {
-                                                     // `part` is `out`'s own, opened in place.
-                                                     if (opened.ok())
-                                                       opened = opener->Update(out.subspan(fed, n));
-                                                   } else {
-                                                     stream.Update(part.first(n));
-                                                   }
-                                                   fed += part.size();
-                                                 })
+      auto landed = [&](std::span<const std::byte> part) {
+        const size_t left = record.block_bytes > fed ? record.block_bytes - fed : 0;
+        const size_t n = std::min(part.size(), left);
+        if (!opener) {
+          stream.Update(part.first(n));
+        } else if (opened.ok()) {
+          opened = opener->Update(out.subspan(fed, n));  // `part` is `out`'s own: in place
+        }
+        fed += part.size();
+      };
+      KVTIER_RETURN_IF_ERROR(file_->ReadAtInParts(slot.offset(), out, part_bytes, landed)
                                  .WithContext("block " + record.key.ToHex()));
       if (opener) {
         KVTIER_RETURN_IF_ERROR(opened);
