@@ -608,7 +608,7 @@ bool RunInterleaved(std::vector<Interleaved>* results) {
       }
       for (int depth : kDepths) {
         if (!Selected(op, size, depth)) continue;
-        Interleaved r{op, &size, depth, {}, {}, {}};
+        Interleaved r{op, &size, depth, {}, {}, {}, {}};
         for (int round = 0; round < g_rounds && error.empty(); ++round) {
           // Three legs, their order rotating by round: fio, the store, and
           // the store's file written or read raw (RawAll); with --seal a
