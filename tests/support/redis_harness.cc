@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -42,10 +43,87 @@ uint16_t PickPort(const std::vector<uint16_t>& taken) {
   return 0;
 }
 
+// The openssl configuration for the harness' certificates, so they do not
+// depend on the system's openssl.cnf: a CA, and leaves (no extended key
+// usage: a node presents its server certificate as a client on the cluster
+// bus and to its master).
+constexpr char kOpensslConfig[] = R"([req]
+distinguished_name = dn
+prompt = no
+x509_extensions = ca
+[dn]
+CN = kvtier test
+[ca]
+basicConstraints = critical, CA:true
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = CA:false
+subjectAltName = IP:127.0.0.1, DNS:localhost
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+[client]
+basicConstraints = CA:false
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+)";
+
+// The openssl commands that make <name>.key (EC P-256, small and fast) and
+// <name>.crt in the current directory: a self-signed CA when `ca` is empty,
+// else a leaf with the extensions of `section`, signed by <ca>.
+std::string CertCommands(const std::string& name, const std::string& cn, const std::string& ca,
+                         const std::string& section) {
+  const std::string req =
+      "openssl req -config openssl.cnf -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+      "-keyout " +
+      name + ".key -subj '/CN=" + cn + "'";
+  if (ca.empty()) return req + " -x509 -days 7 -out " + name + ".crt";
+  return req + " -out " + name + ".csr && openssl x509 -req -in " + name + ".csr -CA " + ca +
+         ".crt -CAkey " + ca + ".key -CAcreateserial -days 7 -extfile openssl.cnf -extensions " +
+         section + " -out " + name + ".crt";
+}
+
 }  // namespace
+
+bool RedisHarness::MakeCertificates(bool rogue_server_cert) {
+  if (Shell("command -v openssl").first != 0) {
+    std::cerr << "redis harness: tls needs the openssl command-line tool, not found on PATH\n";
+    return false;
+  }
+  const std::string dir = dir_ / "tls";
+  std::error_code ec;
+  std::filesystem::create_directory(dir, ec);
+  std::ofstream(dir + "/openssl.cnf") << kOpensslConfig;
+  const std::string script = "(cd '" + dir + "' && " +
+                             CertCommands("ca", "kvtier test CA", "", "") + " && " +
+                             CertCommands("server", "localhost", "ca", "server") + " && " +
+                             CertCommands("client", "kvtier test client", "ca", "client") + " && " +
+                             CertCommands("rogue-ca", "kvtier rogue CA", "", "") + " && " +
+                             CertCommands("rogue-server", "localhost", "rogue-ca", "server") +
+                             " && cat ca.crt rogue-ca.crt > nodes-ca.crt)";
+  const auto [code, out] = Shell(script);
+  if (code != 0) {
+    std::cerr << "redis harness: making the TLS certificates with openssl failed:\n" << out << "\n";
+    return false;
+  }
+  // The rogue server certificate verifies only against the rogue CA; the
+  // nodes (each other's clients) and the harness trust both.
+  trusted_ca_ = TlsFile(rogue_server_cert ? "nodes-ca.crt" : "ca.crt");
+  node_cert_ = TlsFile(rogue_server_cert ? "rogue-server.crt" : "server.crt");
+  node_key_ = TlsFile(rogue_server_cert ? "rogue-server.key" : "server.key");
+  return true;
+}
 
 std::unique_ptr<RedisHarness> RedisHarness::Start(const RedisClusterSpec& spec) {
   auto h = std::unique_ptr<RedisHarness>(new RedisHarness());
+  if (!spec.acl_user.empty() && spec.acl_password.empty()) {
+    std::cerr << "redis harness: acl_user needs an acl_password\n";
+    return nullptr;
+  }
+  h->acl_user_ = spec.acl_user;
+  h->acl_password_ = spec.acl_password;
+  h->tls_ = spec.tls;
+  if (spec.tls && !h->MakeCertificates(spec.rogue_server_cert)) return nullptr;
   const size_t n =
       spec.cluster ? static_cast<size_t>(spec.masters * (1 + spec.replicas_per_master)) : 1;
   for (size_t i = 0; i < n; ++i) {
@@ -84,7 +162,8 @@ std::unique_ptr<RedisHarness> RedisHarness::Start(const RedisClusterSpec& spec) 
     }
   }
   if (!spec.cluster) return h;
-  std::vector<std::string> create = {"redis-cli", "--cluster", "create"};
+  std::vector<std::string> create = h->CliCommand();
+  create.insert(create.end(), {"--cluster", "create"});
   for (size_t i = 0; i < n; ++i) create.push_back(h->address(static_cast<int>(i)));
   create.push_back("--cluster-replicas");
   create.push_back(std::to_string(spec.replicas_per_master));
@@ -104,12 +183,26 @@ std::unique_ptr<RedisHarness> RedisHarness::Start(const RedisClusterSpec& spec) 
 
 bool RedisHarness::StartNode(size_t i, const RedisClusterSpec& spec) {
   const std::string port = std::to_string(ports_[i]);
-  std::vector<std::string> args = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
-                                   dir_.path(), "--save", "", "--appendonly", "no",
-                                   "--protected-mode", "no", "--daemonize", "no", "--logfile", "",
+  std::vector<std::string> args = {"redis-server", "--bind", "127.0.0.1", "--dir", dir_.path(),
+                                   "--save", "", "--appendonly", "no", "--protected-mode", "no",
+                                   "--daemonize", "no", "--logfile", "",
                                    // A replica syncs at once (the default waits 5 s for
                                    // more replicas), so a failover test starts synced.
                                    "--repl-diskless-sync-delay", "0"};
+  if (tls_) {
+    // The cluster bus listens on the TLS port + 10000 then.
+    args.insert(args.end(),
+                {"--port", "0", "--tls-port", port, "--tls-cert-file", node_cert_, "--tls-key-file",
+                 node_key_, "--tls-ca-cert-file", trusted_ca_, "--tls-auth-clients", "yes",
+                 "--tls-cluster", "yes", "--tls-replication", "yes"});
+  } else {
+    args.insert(args.end(), {"--port", port});
+  }
+  if (!acl_user_.empty()) {
+    args.insert(args.end(),
+                {"--user", acl_user_, "on", ">" + acl_password_, "~*", "&*", "+@all", "--user",
+                 "default", "off", "--masteruser", acl_user_, "--masterauth", acl_password_});
+  }
   if (spec.cluster) {
     args.insert(args.end(),
                 {"--cluster-enabled", "yes", "--cluster-config-file", "nodes-" + port + ".conf",
@@ -141,8 +234,28 @@ std::string RedisHarness::seed_list() const {
   return out;
 }
 
+std::string RedisHarness::TlsFile(const std::string& name) const { return dir_ / ("tls/" + name); }
+
+std::string RedisHarness::ca_file() const { return tls_ ? TlsFile("ca.crt") : ""; }
+std::string RedisHarness::client_cert_file() const { return tls_ ? TlsFile("client.crt") : ""; }
+std::string RedisHarness::client_key_file() const { return tls_ ? TlsFile("client.key") : ""; }
+std::string RedisHarness::rogue_ca_file() const { return tls_ ? TlsFile("rogue-ca.crt") : ""; }
+
+std::vector<std::string> RedisHarness::CliCommand() const {
+  std::vector<std::string> argv = {"redis-cli"};
+  if (tls_) {
+    argv.insert(argv.end(), {"--tls", "--cacert", trusted_ca_, "--cert", client_cert_file(),
+                             "--key", client_key_file()});
+  }
+  if (!acl_user_.empty()) {
+    argv.insert(argv.end(), {"--user", acl_user_, "--pass", acl_password_, "--no-auth-warning"});
+  }
+  return argv;
+}
+
 std::string RedisHarness::Cli(int node, const std::vector<std::string>& args) const {
-  std::vector<std::string> argv = {"redis-cli", "-p", std::to_string(port(node))};
+  std::vector<std::string> argv = CliCommand();
+  argv.insert(argv.end(), {"-p", std::to_string(port(node))});
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCapture(argv);
 }
@@ -150,7 +263,8 @@ std::string RedisHarness::Cli(int node, const std::vector<std::string>& args) co
 std::string RedisHarness::ClusterCli(const std::vector<std::string>& args) const {
   for (int i = 0; i < nodes(); ++i) {
     if (!alive(i)) continue;
-    std::vector<std::string> argv = {"redis-cli", "-c", "-p", std::to_string(port(i))};
+    std::vector<std::string> argv = CliCommand();
+    argv.insert(argv.end(), {"-c", "-p", std::to_string(port(i))});
     argv.insert(argv.end(), args.begin(), args.end());
     return RunCapture(argv);
   }
@@ -219,11 +333,12 @@ std::string RedisHarness::NodeId(int node) const {
 }
 
 bool RedisHarness::Reshard(int from, int to, int count) const {
+  std::vector<std::string> argv = CliCommand();
+  argv.insert(argv.end(), {"--cluster", "reshard", address(from), "--cluster-from", NodeId(from),
+                           "--cluster-to", NodeId(to), "--cluster-slots", std::to_string(count),
+                           "--cluster-yes", "--cluster-pipeline", "10"});
   int status = 0;
-  RunCapture({"redis-cli", "--cluster", "reshard", address(from), "--cluster-from", NodeId(from),
-              "--cluster-to", NodeId(to), "--cluster-slots", std::to_string(count), "--cluster-yes",
-              "--cluster-pipeline", "10"},
-             &status);
+  RunCapture(argv, &status);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
