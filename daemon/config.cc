@@ -96,6 +96,16 @@ auto Uint32(uint32_t* out) {
   };
 }
 
+auto Uint64(uint64_t* out) {
+  return [out](const toml::node& n) -> Status {
+    if (n.is_integer() && *n.value<int64_t>() >= 0) {
+      *out = static_cast<uint64_t>(*n.value<int64_t>());
+      return Status::Ok();
+    }
+    return InvalidArgumentError("expected a non-negative integer");
+  };
+}
+
 // An array of strings, or one string of comma-separated items.
 std::vector<std::string> SplitList(const std::string& text) {
   std::vector<std::string> out;
@@ -375,8 +385,10 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     const toml::table& t = *remote;
     KVTIER_RETURN_IF_ERROR(CheckKnownKeys(
         t, path, "remote",
-        {"seeds", "secret_file", "key_prefix", "connections", "io_threads", "queue",
-         "connect_timeout_ms", "timeout_ms", "pause_ms", "negative_ttl_ms", "write_through"}));
+        {"seeds",         "secret_file",        "key_prefix",      "connections", "io_threads",
+         "queue",         "connect_timeout_ms", "timeout_ms",      "pause_ms",    "negative_ttl_ms",
+         "write_through", "username",           "password_file",   "tls",         "tls_ca_file",
+         "tls_cert_file", "tls_key_file",       "tls_server_name", "tls_verify",  "max_age_s"}));
     const char* r = "remote";
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "seeds", StringList(&c.remote_seeds)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "secret_file", String(&c.remote_secret_file)));
@@ -391,6 +403,16 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig c) {
     KVTIER_RETURN_IF_ERROR(
         ReadKey(t, path, r, "negative_ttl_ms", Uint32(&c.remote_negative_ttl_ms)));
     KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "write_through", Bool(&c.remote_write_through)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "username", String(&c.remote_username)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "password_file", String(&c.remote_password_file)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "tls", Bool(&c.remote_tls)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "tls_ca_file", String(&c.remote_tls_ca_file)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "tls_cert_file", String(&c.remote_tls_cert_file)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "tls_key_file", String(&c.remote_tls_key_file)));
+    KVTIER_RETURN_IF_ERROR(
+        ReadKey(t, path, r, "tls_server_name", String(&c.remote_tls_server_name)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "tls_verify", Bool(&c.remote_tls_verify)));
+    KVTIER_RETURN_IF_ERROR(ReadKey(t, path, r, "max_age_s", Uint64(&c.remote_max_age_s)));
   }
   KVTIER_ASSIGN_OR_RETURN(const toml::table* events, section("events"));
   if (events != nullptr) {

@@ -212,6 +212,25 @@ struct DaemonConfig {
   // this node's memory. true (write-through): every committed block is
   // written at once too, so other nodes hit it immediately.
   bool remote_write_through = false;
+  // AUTH on every connection: an ACL user (Redis 6+) and its password, or
+  // the password alone (requirepass). The password comes from
+  // remote_password_file (mode 600 or 400: refused when others may read
+  // it) or the environment variable KVTIER_REMOTE_PASSWORD; empty: no AUTH.
+  std::string remote_username;
+  std::string remote_password_file;
+  // TLS to every cluster node, redirections included, the nodes'
+  // certificates verified against remote_tls_ca_file (empty: the system's
+  // store) and checked to name the host (or remote_tls_server_name).
+  // remote_tls_cert_file and _key_file: this node's certificate, for nodes
+  // that ask for one (Redis does by default). remote_tls_verify = false
+  // turns verification off: for a test set-up only (the daemon warns).
+  bool remote_tls = false;
+  std::string remote_tls_ca_file, remote_tls_cert_file, remote_tls_key_file, remote_tls_server_name;
+  bool remote_tls_verify = true;
+  // With block keys (server.block_keys_file), values written longer ago
+  // than this (seconds) are stale misses, and Redis expires them after as
+  // long; 0: values never go stale (docs/security.md).
+  uint64_t remote_max_age_s = 0;
 
   // [events]
   // KV events (vLLM's wire format) on a ZeroMQ PUB socket, for KV-aware

@@ -133,6 +133,15 @@ Status DaemonConfig::Validate() const {
     if (remote_timeout_ms == 0 || remote_connect_timeout_ms == 0) {
       return InvalidArgumentError("remote timeouts must be at least 1 ms");
     }
+    if (remote_tls_cert_file.empty() != remote_tls_key_file.empty()) {
+      return InvalidArgumentError(
+          "remote tls_cert_file and tls_key_file go together: set both or neither");
+    }
+    if (!remote_tls && (!remote_tls_ca_file.empty() || !remote_tls_cert_file.empty() ||
+                        !remote_tls_server_name.empty())) {
+      return InvalidArgumentError(
+          "remote tls_* files or tls_server_name are set but remote.tls is off: set tls = true");
+    }
     if (!secret_hex.empty()) {
       return InvalidArgumentError(
           "server.secret and remote.secret_file are both set: with a remote tier the "

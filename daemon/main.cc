@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "common/malloc_tuning.h"
+#include "common/private_file.h"
 #include "common/spin_governor.h"
 #include "daemon/asio.h"
 #include "daemon/config.h"
@@ -70,8 +72,27 @@ Result<std::vector<std::byte>> ReadDeploymentSecret(const std::string& path) {
   return secret;
 }
 
-Result<std::unique_ptr<tiers::RemoteTier>> BuildRemoteTier(const DaemonConfig& c,
-                                                           std::span<const std::byte> secret) {
+// The remote tier's AUTH password: remote.password_file (mode 600 or 400;
+// white space around it ignored) or the environment variable
+// KVTIER_REMOTE_PASSWORD; empty when neither is set.
+Result<std::string> ReadRemotePassword(const DaemonConfig& c) {
+  if (c.remote_password_file.empty()) {
+    const char* env = std::getenv("KVTIER_REMOTE_PASSWORD");
+    return std::string(env != nullptr ? env : "");
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::string text,
+                          ReadPrivateFile(c.remote_password_file, "remote.password_file", 4096));
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  const size_t last = text.find_last_not_of(" \t\r\n");
+  if (first == std::string::npos) {
+    return InvalidArgumentError("remote.password_file " + c.remote_password_file + " is empty");
+  }
+  return text.substr(first, last - first + 1);
+}
+
+Result<std::unique_ptr<tiers::RemoteTier>> BuildRemoteTier(
+    const DaemonConfig& c, std::span<const std::byte> secret,
+    std::shared_ptr<tiers::BlockSealer> sealer) {
   tiers::RemoteTierOptions o;
   o.seeds = c.remote_seeds;
   o.key_prefix = c.remote_key_prefix;
@@ -81,6 +102,30 @@ Result<std::unique_ptr<tiers::RemoteTier>> BuildRemoteTier(const DaemonConfig& c
   o.pause_ns = static_cast<TimeNs>(c.remote_pause_ms) * kNsPerMs;
   o.negative_ttl_ns = static_cast<TimeNs>(c.remote_negative_ttl_ms) * kNsPerMs;
   o.note = [](const std::string& line) { Log(LogLevel::kWarn, line); };
+  o.username = c.remote_username;
+  KVTIER_ASSIGN_OR_RETURN(o.password, ReadRemotePassword(c));
+  o.tls.enabled = c.remote_tls;
+  o.tls.ca_file = c.remote_tls_ca_file;
+  o.tls.cert_file = c.remote_tls_cert_file;
+  o.tls.key_file = c.remote_tls_key_file;
+  o.tls.server_name = c.remote_tls_server_name;
+  o.tls.verify = c.remote_tls_verify;
+  o.sealer = std::move(sealer);
+  o.max_age_s = c.remote_max_age_s;
+  if (!c.remote_tls) {
+    Log(LogLevel::kWarn,
+        "remote: connections to the cluster are not encrypted (remote.tls off; "
+        "docs/security.md)");
+  } else if (!c.remote_tls_verify) {
+    Log(LogLevel::kWarn,
+        "remote: TLS without certificate verification (remote.tls_verify = "
+        "false): anyone on the path can pose as the cluster");
+  }
+  if (o.password.empty() && o.username.empty()) {
+    Log(LogLevel::kWarn,
+        "remote: no AUTH configured (remote.username, remote.password_file or "
+        "KVTIER_REMOTE_PASSWORD)");
+  }
   auto remote = tiers::NewRemoteTier(o, secret);
   if (!remote) return remote.status().WithContext("remote tier");
   return remote;
@@ -207,6 +252,31 @@ int Run(const DaemonConfig& config) {
   // GPU copies get threads of their own, so they never queue behind disk I/O.
   std::unique_ptr<engine::IoExecutor> copies = engine::NewThreadPoolExecutor(
       2, 256, [&io](std::function<void()> done) { asio::post(io, std::move(done)); });
+  // Block keys: blocks that leave memory (for the ssd, for the remote
+  // tier) are sealed under them.
+  std::shared_ptr<tiers::BlockSealer> sealer;
+  if (!config.ssd_dir.empty() || !config.remote_seeds.empty()) {
+    auto keys = tiers::LoadKeyRing(config.block_keys_file);
+    if (keys) {
+      std::string ids;
+      for (uint32_t id : keys->ids()) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+      Log(LogLevel::kInfo,
+          Str("blocks leaving memory (ssd, remote) are sealed (AES-256-GCM) under block key ",
+              keys->current_id(), "; keys configured: ", ids, " (",
+              config.block_keys_file.empty() ? std::string(tiers::kBlockKeysEnv)
+                                             : "server.block_keys_file " + config.block_keys_file,
+              ")"));
+      sealer = std::make_shared<tiers::BlockSealer>(std::move(keys).value());
+    } else if (keys.status().code() == StatusCode::kNotFound) {
+      Log(LogLevel::kWarn, Str(config.ssd_dir.empty() ? "remote" : "ssd",
+                               ": blocks at rest are not encrypted: no block keys configured "
+                               "(server.block_keys_file or ",
+                               tiers::kBlockKeysEnv, "; docs/security.md)"));
+    } else {
+      Log(LogLevel::kError, Str("cannot start: ", keys.status().ToString()));
+      return 1;
+    }
+  }
   // The remote tier's calls get threads of their own, so a slow cluster
   // never delays the disk.
   std::unique_ptr<engine::IoExecutor> remote_io;
@@ -219,7 +289,7 @@ int Run(const DaemonConfig& config) {
       return 1;
     }
     deployment_secret = std::move(secret).value();
-    auto connected = BuildRemoteTier(config, deployment_secret);
+    auto connected = BuildRemoteTier(config, deployment_secret, sealer);
     if (!connected) {
       Log(LogLevel::kError, Str("cannot start: ", connected.status().ToString()));
       return 1;
@@ -263,31 +333,8 @@ int Run(const DaemonConfig& config) {
   // deployment secret; it keeps a verifier of it and refuses another.
   const std::string keys_secret_id =
       deployment_secret.empty() ? "" : tiers::DeploymentSecretVerifier(deployment_secret);
-  // Block keys: blocks that leave memory for the ssd are sealed under them.
-  std::shared_ptr<tiers::BlockSealer> sealer;
-  if (!config.ssd_dir.empty()) {
-    auto keys = tiers::LoadKeyRing(config.block_keys_file);
-    if (keys) {
-      std::string ids;
-      for (uint32_t id : keys->ids()) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
-      Log(LogLevel::kInfo,
-          Str("ssd: blocks are sealed (AES-256-GCM) under block key ", keys->current_id(),
-              "; keys configured: ", ids, " (",
-              config.block_keys_file.empty() ? std::string(tiers::kBlockKeysEnv)
-                                             : "server.block_keys_file " + config.block_keys_file,
-              ")"));
-      sealer = std::make_shared<tiers::BlockSealer>(std::move(keys).value());
-    } else if (keys.status().code() == StatusCode::kNotFound) {
-      Log(LogLevel::kWarn, Str("ssd: blocks at rest are not encrypted: no block keys configured "
-                               "(server.block_keys_file or ",
-                               tiers::kBlockKeysEnv, "; docs/security.md)"));
-    } else {
-      Log(LogLevel::kError, Str("cannot start: ", keys.status().ToString()));
-      return 1;
-    }
-  }
   auto built = BuildEngine(config, ssd_io.get(), copies.get(), remote_io.get(), std::move(remote),
-                           keys_secret_id, std::move(sealer), events_ready);
+                           keys_secret_id, sealer, events_ready);
   if (!built) {
     Log(LogLevel::kError, Str("cannot build the tiers: ", built.status().ToString()));
     return 1;

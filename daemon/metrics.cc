@@ -394,6 +394,15 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
                "Blocks read from the remote tier, by outcome: hit (verified and served), miss "
                "(absent), corrupt (not exactly the block: a miss)",
                "outcome", {{"hit", r.read_hits}, {"miss", r.read_misses}, {"corrupt", r.corrupt}});
+    f.Labelled("kvtier_remote_rejected_blocks_total", kCounter,
+               "Values the remote tier read back and refused (each a miss), by cause: sealing "
+               "(in the clear where this node seals, sealed where it does not, or under a key "
+               "it does not hold), stale (older than remote.max_age_s), other (another block's "
+               "value, changed bytes, garbage)",
+               "cause",
+               {{"sealing", r.corrupt_sealing},
+                {"stale", r.corrupt_stale},
+                {"other", r.corrupt - r.corrupt_sealing - r.corrupt_stale}});
     f.Scalar("kvtier_remote_written_blocks_total", kCounter,
              "Blocks this node wrote to the remote tier", static_cast<double>(r.writes));
     f.Scalar("kvtier_remote_write_dropped_blocks_total", kCounter,
@@ -604,6 +613,8 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
     add("tier.remote.hits", r.read_hits);
     add("tier.remote.read_misses", r.read_misses);
     add("tier.remote.corrupt", r.corrupt);
+    add("tier.remote.corrupt_sealing", r.corrupt_sealing);
+    add("tier.remote.corrupt_stale", r.corrupt_stale);
     add("tier.remote.written_blocks", r.writes);
     add("tier.remote.write_dropped", st.remote_write_dropped);
     add("tier.remote.bytes_read", r.bytes_read);

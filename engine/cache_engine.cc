@@ -25,7 +25,8 @@ namespace {
 // them among themselves, never with nodes that keep them as written.
 RemoteNamespace RemoteNamespaceOf(const NamespaceSpec& spec) {
   const Layout stored = StoredLayout(spec.layout, spec.quantize_lower);
-  return {RemoteNamespaceId(spec.model, spec.salt, stored), stored};
+  return {RemoteNamespaceId(spec.model, spec.salt, stored), stored,
+          tiers::NamespaceFingerprint(spec.model, spec.salt, stored.ToString())};
 }
 
 }  // namespace

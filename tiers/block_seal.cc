@@ -1,12 +1,9 @@
 #include "tiers/block_seal.h"
 
-#include <fcntl.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
 #include <openssl/rand.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cassert>
@@ -15,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "common/private_file.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -50,21 +49,30 @@ struct CipherCtxFree {
 };
 using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree>;
 
-// The associated data: the seal's version and everything of the identity.
-std::array<std::byte, 1 + 32 + 16 + 1 + 1 + 8> AssociatedData(const SealIdentity& id) {
-  std::array<std::byte, 1 + 32 + 16 + 1 + 1 + 8> ad{};
-  std::byte* p = ad.data();
-  *p++ = static_cast<std::byte>(kSealVersion);
-  std::memcpy(p, id.ns.data(), id.ns.size());
-  p += id.ns.size();
-  PutLE(p, id.key.hi, 8);
-  PutLE(p + 8, id.key.lo, 8);
-  p += 16;
-  *p++ = static_cast<std::byte>(id.form);
-  *p++ = static_cast<std::byte>(id.tier);
-  PutLE(p, id.bytes, 8);
-  return ad;
-}
+// The associated data: the seal's version and everything of the identity
+// (the write time only where the tier keeps one).
+struct AssociatedData {
+  explicit AssociatedData(const SealIdentity& id) {
+    std::byte* p = bytes.data();
+    *p++ = static_cast<std::byte>(kSealVersion);
+    std::memcpy(p, id.ns.data(), id.ns.size());
+    p += id.ns.size();
+    PutLE(p, id.key.hi, 8);
+    PutLE(p + 8, id.key.lo, 8);
+    p += 16;
+    *p++ = static_cast<std::byte>(id.form);
+    *p++ = static_cast<std::byte>(id.tier);
+    PutLE(p, id.bytes, 8);
+    p += 8;
+    if (id.written != 0) {
+      PutLE(p, id.written, 8);
+      p += 8;
+    }
+    size = static_cast<size_t>(p - bytes.data());
+  }
+  std::array<std::byte, 1 + 32 + 16 + 1 + 1 + 8 + 8> bytes{};
+  size_t size = 0;
+};
 
 std::array<unsigned char, kNonceBytes> Nonce(uint64_t counter) {
   std::array<unsigned char, kNonceBytes> iv{};
@@ -95,11 +103,11 @@ CipherCtx StartGcm(bool encrypt, const SealKey& key, uint64_t counter, const Sea
       init(ctx.get(), nullptr, nullptr, k, iv.data()) != 1) {
     return nullptr;
   }
-  const auto ad = AssociatedData(id);
+  const AssociatedData ad(id);
   int len = 0;
   auto update = encrypt ? EVP_EncryptUpdate : EVP_DecryptUpdate;
-  if (update(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char*>(ad.data()),
-             static_cast<int>(ad.size())) != 1) {
+  if (update(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char*>(ad.bytes.data()),
+             static_cast<int>(ad.size)) != 1) {
     return nullptr;
   }
   return ctx;
@@ -189,48 +197,8 @@ Result<KeyRing> LoadKeyRing(const std::string& path) {
     if (!ring) return ring.status().WithContext(std::string(kBlockKeysEnv));
     return ring;
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    const int err = errno;
-    return IoError("block keys file " + path + ": " + std::strerror(err));
-  }
-  struct Close {
-    int fd;
-    ~Close() { ::close(fd); }
-  } close_fd{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    return IoError("block keys file " + path + ": " + std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return InvalidArgumentError("block keys file " + path + " is not a regular file");
-  }
-  if ((st.st_mode & 077) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return PermissionDeniedError("block keys file " + path + " has mode " + mode +
-                                 ": its group or others may read or write it; refused "
-                                 "(chmod 600 " +
-                                 path + ")");
-  }
-  std::string text(kMaxKeyFileBytes + 1, '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      return IoError("block keys file " + path + ": " + std::strerror(err));
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  if (got > kMaxKeyFileBytes) {
-    return InvalidArgumentError("block keys file " + path + " is larger than " +
-                                std::to_string(kMaxKeyFileBytes) + " bytes: not a key file");
-  }
-  text.resize(got);
+  KVTIER_ASSIGN_OR_RETURN(std::string text,
+                          ReadPrivateFile(path, "block keys file", kMaxKeyFileBytes));
   Result<KeyRing> ring = KeyRing::Parse(text);
   OPENSSL_cleanse(text.data(), text.size());
   if (!ring) return ring.status().WithContext("block keys file " + path);

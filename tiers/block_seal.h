@@ -18,7 +18,8 @@
 //     repeats under one data key: a new process draws a new writer id, hence
 //     new data keys, and its counter starts again from 1.
 // The associated data is the block's identity (SealIdentity: namespace,
-// key, stored form, tier, length): a block copied under another key, into
+// key, stored form, tier, length, and the write time where the tier keeps
+// one): a block copied under another key, into
 // another namespace or tier, or cut short does not open.
 //
 // What is stored beside the ciphertext is a Seal (key id, writer, counter,
@@ -97,9 +98,17 @@ struct SealIdentity {
   std::array<std::byte, 32> ns;
   prefix_index::BlockKey key;
   uint8_t form = 0;  // how the bytes hold the block (Quantize, as stored)
-  uint8_t tier = 0;  // the tier it was written to (TierKind)
+  uint8_t tier = 0;  // the tier it was written to (kSealTierSsd, kSealTierRemote)
   uint64_t bytes = 0;
+  // When it was written (seconds since the epoch), where the tier keeps
+  // that beside the block (the remote tier, to refuse stale values); 0 where
+  // it keeps none (it is then left out of the associated data).
+  uint64_t written = 0;
 };
+
+// SealIdentity::tier of each tier that seals.
+inline constexpr uint8_t kSealTierSsd = 1;
+inline constexpr uint8_t kSealTierRemote = 2;
 
 // SHA-256 of (model, salt, layout), each length-prefixed: the namespace's
 // part of a SealIdentity, the same on every node.

@@ -13,6 +13,8 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,26 +26,35 @@
 #include "common/layout.h"
 #include "common/result.h"
 #include "prefix_index/block_key.h"
+#include "tiers/block_seal.h"
 
 namespace kvtier::tiers {
 
 // A namespace as every node names it: `id` is RemoteNamespaceId(model, salt,
-// layout), the same on every node.
+// layout), the same on every node; `fingerprint` is NamespaceFingerprint of
+// the same (tiers/block_seal.h), what a sealed value is bound to.
 struct RemoteNamespace {
   uint64_t id = 0;
   Layout layout;
+  std::array<std::byte, 32> fingerprint{};
 };
 uint64_t RemoteNamespaceId(const std::string& model, const std::string& salt, const Layout& layout);
 
 struct RemoteStats {
-  uint64_t lookups = 0;         // lookups that asked the cluster
-  uint64_t lookup_keys = 0;     // keys asked for (EXISTS)
-  uint64_t lookup_hits = 0;     // of which present, in the leading run
-  uint64_t negative_hits = 0;   // lookups the negative cache answered
-  uint64_t reads = 0;           // blocks asked for (GET)
-  uint64_t read_hits = 0;       // read back, verified and served
-  uint64_t read_misses = 0;     // absent: never written, or evicted by the cluster
-  uint64_t corrupt = 0;         // read back but not exactly the block: a miss
+  uint64_t lookups = 0;        // lookups that asked the cluster
+  uint64_t lookup_keys = 0;    // keys asked for (EXISTS)
+  uint64_t lookup_hits = 0;    // of which present, in the leading run
+  uint64_t negative_hits = 0;  // lookups the negative cache answered
+  uint64_t reads = 0;          // blocks asked for (GET)
+  uint64_t read_hits = 0;      // read back, verified and served
+  uint64_t read_misses = 0;    // absent: never written, or evicted by the cluster
+  uint64_t corrupt = 0;        // read back but not exactly the block: a miss
+  // Of `corrupt`, by cause: sealed where this node seals nothing or in the
+  // clear where it seals, or under a key it does not hold (rotated out);
+  // older than max_age (a replay of an old value); the rest are another
+  // block's value, damaged bytes, or garbage.
+  uint64_t corrupt_sealing = 0;
+  uint64_t corrupt_stale = 0;
   uint64_t writes = 0;          // blocks written
   uint64_t write_failures = 0;  // refused (maxmemory, noeviction) or failed
   uint64_t bytes_read = 0;      // payload bytes served
@@ -54,12 +65,40 @@ struct RemoteStats {
   std::string last_error;
 };
 
+// TLS to every cluster node (RemoteTierOptions::tls).
+struct RemoteTls {
+  bool enabled = false;
+  // PEM file of the CA(s) that sign the nodes' certificates; empty: the
+  // system's store.
+  std::string ca_file;
+  // This node's certificate and key (PEM), for nodes that ask for one
+  // (Redis does by default: tls-auth-clients yes). Both or neither.
+  std::string cert_file, key_file;
+  // The name checked in each node's certificate; empty: the host as the
+  // slot map names it (an IP address is checked as one).
+  std::string server_name;
+  // Certificate verification. On by default; off only for a test set-up
+  // (the daemon warns).
+  bool verify = true;
+};
+
 struct RemoteTierOptions {
   // "host:port" of cluster nodes to read the slot map from (any one that
   // answers will do), or of the one server.
   std::vector<std::string> seeds;
-  // AUTH password (requirepass); empty: none.
+  // AUTH: an ACL user and its password, or the password alone
+  // (requirepass, the user "default"); both empty: none.
+  std::string username;
   std::string password;
+  RemoteTls tls;
+  // Seals every value written (AES-256-GCM, tiers/block_seal.h) and opens
+  // every value read; null: values in the clear, XXH3-checked. Nodes that
+  // share a cluster share the key ring.
+  std::shared_ptr<BlockSealer> sealer;
+  // Sealed values written longer ago than this (seconds) are stale: a miss,
+  // as a replay of an old value would be. Writes then ask Redis to expire
+  // values after it too. 0: values never go stale.
+  uint64_t max_age_s = 0;
   // Before every key, so that deployments sharing a cluster never meet.
   // Default "kvtier".
   std::string key_prefix = "kvtier";

@@ -105,8 +105,12 @@ class NodePool {
     }
     redisSetTimeout(c, ToTimeval(opt_.command_timeout));
     redisEnableKeepAlive(c);
-    if (!opt_.password.empty()) {
-      Result<RedisReply> r = Call(c, {{"AUTH", opt_.password}, 0});
+    if (!opt_.password.empty() || !opt_.username.empty()) {
+      // AUTH <user> <password> (an ACL user), or AUTH <password>
+      // (requirepass: the user "default").
+      RedisCommand auth{{"AUTH", opt_.password}, 0};
+      if (!opt_.username.empty()) auth = {{"AUTH", opt_.username, opt_.password}, 0};
+      Result<RedisReply> r = Call(c, auth);
       if (!r || r->type() == RedisReply::Type::kError) {
         Status s =
             UnavailableError("redis " + node_.ToString() + ": AUTH failed: " +

@@ -31,6 +31,7 @@
 #include "common/result.h"
 #include "tiers/internal/cluster_slots.h"
 #include "tiers/internal/resp.h"
+#include "tiers/remote_tier.h"
 
 namespace kvtier::tiers::internal {
 
@@ -38,8 +39,12 @@ struct RedisOptions {
   // Nodes to read the slot map from; any one that answers will do. At least
   // one.
   std::vector<Endpoint> seeds;
-  // AUTH with this password on every connection (requirepass); empty: none.
+  // AUTH on every connection: as the ACL user `username` with `password`,
+  // or with the password alone (requirepass); both empty: none.
+  std::string username;
   std::string password;
+  // TLS on every connection (tiers/remote_tier.h); off by default.
+  tiers::RemoteTls tls;
   // Connections kept per node; a call that finds all of a node's busy waits
   // for one (at most command_timeout). Default 4: the engine's I/O threads.
   int connections_per_node = 4;

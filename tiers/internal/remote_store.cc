@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -37,14 +38,19 @@ uint32_t Get32(const char* p) {
 // headers of kvtierds from before kinds) then 6 zero bytes, payload bytes
 // u64 @56, XXH3-64 of the payload u64 @64. A reader compares @32..@55 with
 // its namespace's, so a block of another kind reads as "another layout".
+//
+// A sealed value (version 2) has the same fields to @56, the write time u64
+// @64 and the seal @72..@111 (kSealedRemoteHeaderBytes).
 void EncodeHeader(const RemoteNamespace& ns, const BlockKey& key, uint64_t payload_bytes,
-                  uint64_t checksum, std::byte* h) {
-  std::memset(h, 0, kRemoteHeaderBytes);
+                  uint64_t checksum, std::byte* h, bool sealed = false) {
+  const uint16_t version = sealed ? kSealedRemoteFormatVersion : kRemoteFormatVersion;
+  const size_t header_bytes = sealed ? kSealedRemoteHeaderBytes : kRemoteHeaderBytes;
+  std::memset(h, 0, header_bytes);
   Put32(h, kMagic);
-  h[4] = static_cast<std::byte>(kRemoteFormatVersion & 0xff);
-  h[5] = static_cast<std::byte>(kRemoteFormatVersion >> 8);
-  h[6] = static_cast<std::byte>(kRemoteHeaderBytes & 0xff);
-  h[7] = static_cast<std::byte>(kRemoteHeaderBytes >> 8);
+  h[4] = static_cast<std::byte>(version & 0xff);
+  h[5] = static_cast<std::byte>(version >> 8);
+  h[6] = static_cast<std::byte>(header_bytes & 0xff);
+  h[7] = static_cast<std::byte>(header_bytes >> 8);
   Put64(h + 8, ns.id);
   Put64(h + 16, key.hi);
   Put64(h + 24, key.lo);
@@ -56,6 +62,41 @@ void EncodeHeader(const RemoteNamespace& ns, const BlockKey& key, uint64_t paylo
   h[49] = static_cast<std::byte>(ns.layout.kind);
   Put64(h + 56, payload_bytes);
   Put64(h + 64, checksum);
+}
+
+uint16_t VersionOf(const char* h) {
+  return static_cast<uint16_t>(static_cast<uint8_t>(h[4]) | (static_cast<uint8_t>(h[5]) << 8));
+}
+
+// Every field to @56 must be this block's: Corruption naming the first
+// that differs (the magic and the version are checked before).
+Status CheckHeaderFields(const char* h, const RemoteNamespace& ns, const BlockKey& key,
+                         uint64_t payload_bytes, bool sealed) {
+  std::byte expected[kSealedRemoteHeaderBytes];
+  EncodeHeader(ns, key, payload_bytes, 0, expected, sealed);
+  if (std::memcmp(h, expected, 56) == 0) return Status::Ok();
+  const char* what = Get64(h + 8) != ns.id                                ? "namespace"
+                     : Get64(h + 16) != key.hi || Get64(h + 24) != key.lo ? "block key"
+                     : std::memcmp(h + 32, expected + 32, 24) != 0        ? "layout"
+                                                                          : "header";
+  return CorruptionError(std::string("remote value: another ") + what);
+}
+
+tiers::SealIdentity RemoteIdentity(const RemoteNamespace& ns, const BlockKey& key, uint64_t bytes,
+                                   uint64_t written) {
+  tiers::SealIdentity id;
+  id.ns = ns.fingerprint;
+  id.key = key;
+  id.tier = tiers::kSealTierRemote;
+  id.bytes = bytes;
+  id.written = written;
+  return id;
+}
+
+uint64_t SystemUnixSeconds() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
 }
 
 BlockKey MissingKey(uint64_t ns, const BlockKey& key) {
@@ -113,25 +154,64 @@ Status CheckRemoteValue(std::span<const std::byte> header, const RemoteNamespace
                         const BlockKey& key, std::span<const std::byte> payload) {
   const auto* h = reinterpret_cast<const char*>(header.data());
   if (Get32(h) != kMagic) return CorruptionError("remote value: not a kvtier block");
-  const uint16_t version =
-      static_cast<uint16_t>(static_cast<uint8_t>(h[4]) | (static_cast<uint8_t>(h[5]) << 8));
-  if (version != kRemoteFormatVersion) {
-    return CorruptionError("remote value: format version " + std::to_string(version));
+  if (const uint16_t version = VersionOf(h); version != kRemoteFormatVersion) {
+    return CorruptionError(version == kSealedRemoteFormatVersion
+                               ? "remote value: sealed, and this node has no block keys"
+                               : "remote value: format version " + std::to_string(version));
   }
-  std::byte expected[kRemoteHeaderBytes];
-  EncodeHeader(ns, key, payload.size(), Get64(h + 64), expected);
-  // Every field but the checksum must be what this block's header holds.
-  if (std::memcmp(h, expected, 64) != 0) {
-    const char* what = Get64(h + 8) != ns.id                                ? "namespace"
-                       : Get64(h + 16) != key.hi || Get64(h + 24) != key.lo ? "block key"
-                       : std::memcmp(h + 32, expected + 32, 24) != 0        ? "layout"
-                                                                            : "header";
-    return CorruptionError(std::string("remote value: another ") + what);
-  }
+  KVTIER_RETURN_IF_ERROR(CheckHeaderFields(h, ns, key, payload.size(), /*sealed=*/false));
   if (BlockChecksum(payload) != Get64(h + 64)) {
     return CorruptionError("remote value: checksum mismatch");
   }
   return Status::Ok();
+}
+
+Status SealRemoteValue(BlockSealer& sealer, const RemoteNamespace& ns, const BlockKey& key,
+                       uint64_t written, std::span<const std::byte> payload,
+                       std::span<std::byte> ciphertext, std::span<std::byte> header) {
+  KVTIER_ASSIGN_OR_RETURN(
+      const tiers::Seal seal,
+      sealer.SealBlock(RemoteIdentity(ns, key, payload.size(), written), payload, ciphertext));
+  EncodeHeader(ns, key, payload.size(), written, header.data(), /*sealed=*/true);
+  const auto encoded = tiers::EncodeSeal(seal);
+  std::memcpy(header.data() + kRemoteHeaderBytes, encoded.data(), encoded.size());
+  return Status::Ok();
+}
+
+Status OpenRemoteValue(BlockSealer& sealer, std::span<const std::byte> header,
+                       const RemoteNamespace& ns, const BlockKey& key, std::span<std::byte> payload,
+                       uint64_t now_s, uint64_t max_age_s, RemoteFault* fault) {
+  *fault = RemoteFault::kOther;
+  const auto* h = reinterpret_cast<const char*>(header.data());
+  if (Get32(h) != kMagic) return CorruptionError("remote value: not a kvtier block");
+  if (const uint16_t version = VersionOf(h); version != kSealedRemoteFormatVersion) {
+    if (version != kRemoteFormatVersion) {
+      return CorruptionError("remote value: format version " + std::to_string(version));
+    }
+    *fault = RemoteFault::kSealing;
+    return CorruptionError("remote value: in the clear (written by a node without block keys)");
+  }
+  KVTIER_RETURN_IF_ERROR(CheckHeaderFields(h, ns, key, payload.size(), /*sealed=*/true));
+  const uint64_t written = Get64(h + 64);
+  KVTIER_ASSIGN_OR_RETURN(const tiers::Seal seal,
+                          tiers::DecodeSeal(header.subspan(kRemoteHeaderBytes, kSealBytes)));
+  if (sealer.keys().Find(seal.key_id) == nullptr) {
+    *fault = RemoteFault::kSealing;
+    return CorruptionError("remote value: sealed under key " + std::to_string(seal.key_id) +
+                           ", which is not in this node's key ring (rotated out?)");
+  }
+  if (written == 0) return CorruptionError("remote value: sealed without a write time");
+  // The age is checked before the block is opened (a stale value costs no
+  // decryption), but the time is authenticated: a value whose time was
+  // changed does not open.
+  if (max_age_s > 0 && now_s > written && now_s - written > max_age_s) {
+    *fault = RemoteFault::kStale;
+    return CorruptionError("remote value: stale, written " + std::to_string(now_s - written) +
+                           " s ago (max_age " + std::to_string(max_age_s) + " s)");
+  }
+  Status opened = sealer.Open(RemoteIdentity(ns, key, payload.size(), written), seal, payload);
+  if (opened.ok()) *fault = RemoteFault::kNone;
+  return opened;
 }
 
 Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, const BlockKey& key,
@@ -179,11 +259,66 @@ Result<std::unique_ptr<RemoteStore>> RemoteStore::Open(
         "\" (its verifier differs): give every node the same remote.secret_file, or use "
         "another remote.key_prefix");
   }
+  // Whether the prefix's values are sealed: recorded by the first node with
+  // keys; a node without keys is then refused.
+  const std::string sealing_key = options.key_prefix + ":sealing";
+  constexpr std::string_view kSealed = "aes-256-gcm";
+  if (options.sealer) {
+    RedisCommand mark{{"SET", sealing_key, kSealed}, 1};
+    replies = cluster->Run(std::span(&mark, 1));
+    if (!replies[0]) return replies[0].status();
+  } else {
+    RedisCommand ask{{"GET", sealing_key}, 1};
+    replies = cluster->Run(std::span(&ask, 1));
+    if (!replies[0]) return replies[0].status();
+    if (replies[0]->type() == RedisReply::Type::kString && replies[0]->str() == kSealed) {
+      return FailedPreconditionError(
+          "remote tier: the cluster's blocks under the prefix \"" + options.key_prefix +
+          "\" are sealed (other nodes have block keys) and this node has none: it would write "
+          "prompts in the clear. Give it the same keys (server.block_keys_file), or use "
+          "another remote.key_prefix");
+    }
+  }
   return std::unique_ptr<RemoteStore>(new RemoteStore(options, std::move(cluster)));
 }
 
 RemoteStore::RemoteStore(const RemoteStoreOptions& options, std::unique_ptr<RedisCluster> cluster)
-    : opt_(options), cluster_(std::move(cluster)) {}
+    : opt_([&] {
+        RemoteStoreOptions o = options;
+        if (!o.unix_seconds) o.unix_seconds = SystemUnixSeconds;
+        return o;
+      }()),
+      cluster_(std::move(cluster)) {}
+
+Status RemoteStore::CheckValue(std::span<const std::byte> header, std::string_view whole,
+                               const RemoteNamespace& ns, const BlockKey& key,
+                               std::span<std::byte> payload, RemoteFault* fault) {
+  *fault = RemoteFault::kOther;
+  if (!whole.empty() || header.empty()) {
+    // Not landed: a value of another size than this node's form of the
+    // block. The other form (sealed or clear) says so; anything else is
+    // garbage or another layout's.
+    const size_t other = opt_.sealer ? kRemoteHeaderBytes : kSealedRemoteHeaderBytes;
+    if (whole.size() == other + payload.size() && whole.size() >= 8 &&
+        Get32(whole.data()) == kMagic &&
+        VersionOf(whole.data()) ==
+            (opt_.sealer ? kRemoteFormatVersion : kSealedRemoteFormatVersion)) {
+      *fault = RemoteFault::kSealing;
+      return CorruptionError(
+          opt_.sealer ? "remote value: in the clear (written by a node without block keys)"
+                      : "remote value: sealed, and this node has no block keys");
+    }
+    return CorruptionError("remote value of " + std::to_string(whole.size()) + " bytes, expected " +
+                           std::to_string(header_bytes() + payload.size()));
+  }
+  if (opt_.sealer) {
+    return OpenRemoteValue(*opt_.sealer, header, ns, key, payload, opt_.unix_seconds(),
+                           opt_.max_age_s, fault);
+  }
+  Status s = CheckRemoteValue(header, ns, key, payload);
+  if (s.ok()) *fault = RemoteFault::kNone;
+  return s;
+}
 
 RemoteStore::~RemoteStore() = default;
 
@@ -314,19 +449,20 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
     // Each value is read from the socket straight into its place: the
     // header into `headers`, the payload into its `outs` slot (no copy),
     // then checked there as its reply arrives, while it is still in cache.
-    std::vector<std::array<std::byte, kRemoteHeaderBytes>> headers(n);
+    std::vector<std::array<std::byte, kSealedRemoteHeaderBytes>> headers(n);
     std::vector<std::array<std::span<std::byte>, 2>> into(n);
     names.reserve(n);
     cmds.reserve(n);
     for (size_t i = 0; i < n; ++i) {
       names.push_back(KeyOf(ns.id, keys[done + i]));
-      into[i] = {std::span(headers[i]), outs[done + i]};
+      into[i] = {std::span(headers[i]).first(header_bytes()), outs[done + i]};
       RedisCommand get{{"GET", names.back()}, 1};
       get.reply_into = into[i];
       cmds.push_back(std::move(get));
     }
     std::vector<Status> outcome(n);
     std::vector<uint8_t> kind(n, 0);  // 0 ok, 1 miss, 2 corrupt, 3 failure
+    std::vector<RemoteFault> fault(n, RemoteFault::kNone);
     cluster_->RunEach(cmds, [&](size_t i, Result<RedisReply> r) {
       if (!r) {
         kind[i] = 3;
@@ -336,16 +472,17 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
       } else if (r->type() != RedisReply::Type::kString) {
         kind[i] = 3;
         outcome[i] = UnavailableError("remote GET: " + std::string(r->str()));
-      } else if (Status s = r->landed()
-                                ? CheckRemoteValue(headers[i], ns, keys[done + i], outs[done + i])
-                                : DecodeRemoteValue(r->str(), ns, keys[done + i], outs[done + i]);
+      } else if (Status s =
+                     r->landed()
+                         ? CheckValue(into[i][0], {}, ns, keys[done + i], outs[done + i], &fault[i])
+                         : CheckValue({}, r->str(), ns, keys[done + i], outs[done + i], &fault[i]);
                  !s.ok()) {
         kind[i] = 2;
         outcome[i] = std::move(s);
       }
     });
     size_t got = 0;
-    uint64_t got_bytes = 0, misses = 0, corrupt = 0;
+    uint64_t got_bytes = 0, misses = 0, corrupt = 0, corrupt_sealing = 0, corrupt_stale = 0;
     Status failure;
     while (got < n && kind[got] == 0) got_bytes += outs[done + got++].size();
     if (got < n) {
@@ -354,8 +491,13 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
         RememberMissing(ns.id, keys[done + got]);
       } else if (kind[got] == 2) {
         ++corrupt;
-        Note(last_corrupt_note_, "remote tier: value " + names[got] +
-                                     " is not the block: " + outcome[got].ToString() + "; a miss");
+        corrupt_sealing += fault[got] == RemoteFault::kSealing;
+        corrupt_stale += fault[got] == RemoteFault::kStale;
+        const size_t cause = fault[got] == RemoteFault::kSealing ? 1
+                             : fault[got] == RemoteFault::kStale ? 2
+                                                                 : 0;
+        Note(last_corrupt_note_[cause], "remote tier: value " + names[got] + " is not the block: " +
+                                            outcome[got].ToString() + "; a miss");
       } else {
         failure = outcome[got];
       }
@@ -367,6 +509,8 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
       stats_.read_hits += got;
       stats_.read_misses += misses;
       stats_.corrupt += corrupt;
+      stats_.corrupt_sealing += corrupt_sealing;
+      stats_.corrupt_stale += corrupt_stale;
       stats_.bytes_read += got_bytes;
     }
     done += got;
@@ -380,14 +524,35 @@ Status RemoteStore::Write(const RemoteNamespace& ns, const BlockKey& key,
   if (Paused()) return UnavailableError("remote tier paused");
   // The header is the last argument and the payload goes on from where it
   // lies: nothing is copied on the way to the socket.
-  std::array<std::byte, kRemoteHeaderBytes> header;
-  EncodeRemoteHeader(ns, key, payload, header);
+  // Sealed, the ciphertext goes from a buffer of the calling thread's.
+  std::array<std::byte, kSealedRemoteHeaderBytes> header;
+  std::span<const std::byte> body = payload;
+  if (opt_.sealer) {
+    thread_local std::vector<std::byte> ciphertext;
+    ciphertext.resize(payload.size());
+    if (Status s = SealRemoteValue(*opt_.sealer, ns, key, opt_.unix_seconds(), payload, ciphertext,
+                                   header);
+        !s.ok()) {
+      std::lock_guard lock(mu_);
+      ++stats_.write_failures;
+      return s;
+    }
+    body = ciphertext;
+  } else {
+    EncodeRemoteHeader(ns, key, payload, std::span(header).first(kRemoteHeaderBytes));
+  }
   const std::string name = KeyOf(ns.id, key);
+  const std::string expire = std::to_string(opt_.max_age_s);
   RedisCommand set{
-      {"SET", name, std::string_view(reinterpret_cast<const char*>(header.data()), header.size())},
+      {"SET", name, std::string_view(reinterpret_cast<const char*>(header.data()), header_bytes())},
       1};
-  set.last_arg_tail =
-      std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size());
+  if (opt_.sealer && opt_.max_age_s > 0) {
+    // SETEX: the value stays the last argument (its payload goes on from
+    // where it lies).
+    set.args = {"SETEX", name, expire,
+                std::string_view(reinterpret_cast<const char*>(header.data()), header_bytes())};
+  }
+  set.last_arg_tail = std::string_view(reinterpret_cast<const char*>(body.data()), body.size());
   auto replies = cluster_->Run(std::span(&set, 1));
   Status status;
   if (!replies[0]) {
@@ -466,7 +631,9 @@ Result<std::unique_ptr<RemoteTier>> NewRemoteTier(const RemoteTierOptions& optio
     KVTIER_ASSIGN_OR_RETURN(internal::Endpoint e, internal::ParseEndpoint(seed));
     o.redis.seeds.push_back(std::move(e));
   }
+  o.redis.username = options.username;
   o.redis.password = options.password;
+  o.redis.tls = options.tls;
   o.redis.connections_per_node = options.connections_per_node;
   o.redis.connect_timeout = std::chrono::milliseconds(options.connect_timeout_ns / kNsPerMs);
   o.redis.command_timeout = std::chrono::milliseconds(options.command_timeout_ns / kNsPerMs);
@@ -475,6 +642,8 @@ Result<std::unique_ptr<RemoteTier>> NewRemoteTier(const RemoteTierOptions& optio
   o.negative_ttl_ns = options.negative_ttl_ns;
   o.clock = options.clock;
   o.note = options.note;
+  o.sealer = options.sealer;
+  o.max_age_s = options.max_age_s;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<internal::RemoteStore> store,
                           internal::RemoteStore::Open(o, deployment_secret));
   return std::unique_ptr<RemoteTier>(std::move(store));

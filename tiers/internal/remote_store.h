@@ -4,6 +4,20 @@
 // asked for (format, namespace, key, layout, length and checksum all match;
 // anything else is a miss, counted, never wrong bytes).
 //
+// With a BlockSealer (block keys configured) every value is sealed instead:
+// the payload encrypted with AES-256-GCM, the header carrying the write time
+// and the seal, and the block's identity (namespace fingerprint, key, tier,
+// length, write time) as associated data. Whoever reads a node then learns
+// nothing of the prompts, and whoever writes one cannot make a node serve a
+// block it did not seal: another namespace's or key's value, changed bytes,
+// garbage, a value under a rotated-out key and (with max_age_s) a value
+// older than the tier keeps values are all misses. A value replayed within
+// max_age_s under its own key is harmless: keys are content-addressed (the
+// chained hash of the prefix), so every value ever sealed under a key holds
+// that key's block. Nodes of one deployment either all seal or none do: the
+// cluster records "sealed" under the prefix, and a node without keys is
+// refused by it.
+//
 // Keys: "<prefix>:<namespace id, 16 hex>:<block key, 32 hex>". The
 // namespace id is RemoteNamespaceId(model, salt, layout), the same on every
 // node (an engine's own NamespaceId is not); the prefix lets several
@@ -41,12 +55,25 @@
 namespace kvtier::tiers::internal {
 
 using prefix_index::BlockKey;
+using tiers::BlockSealer;
 using tiers::RemoteNamespace;
 using tiers::RemoteStats;
 
 // The value's header, before the payload: 72 bytes, little-endian.
 inline constexpr size_t kRemoteHeaderBytes = 72;
 inline constexpr uint16_t kRemoteFormatVersion = 1;
+// A sealed value's header: the same fields, the write time (u64 seconds
+// since the epoch) where the checksum was, then the seal (EncodeSeal).
+inline constexpr size_t kSealedRemoteHeaderBytes = kRemoteHeaderBytes + kSealBytes;
+inline constexpr uint16_t kSealedRemoteFormatVersion = 2;
+
+// Why a value read back is not the block (RemoteStats' corrupt_* fields).
+enum class RemoteFault : uint8_t {
+  kNone,
+  kOther,    // another block's value, damaged bytes, garbage
+  kSealing,  // sealed where clear was expected or the reverse, or a rotated-out key
+  kStale,    // sealed longer ago than max_age_s
+};
 
 // The header of `payload`'s value (its checksum computed here) into
 // `header` (kRemoteHeaderBytes). REQUIRES: payload.size() == the layout's
@@ -67,6 +94,20 @@ Status CheckRemoteValue(std::span<const std::byte> header, const RemoteNamespace
 Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, const BlockKey& key,
                          std::span<std::byte> out);
 
+// Sealed values. SealRemoteValue encrypts `payload` into `ciphertext` (its
+// size) and writes the header (kSealedRemoteHeaderBytes), `written` being
+// the time to record (seconds since the epoch, non-zero).
+Status SealRemoteValue(BlockSealer& sealer, const RemoteNamespace& ns, const BlockKey& key,
+                       uint64_t written, std::span<const std::byte> payload,
+                       std::span<std::byte> ciphertext, std::span<std::byte> header);
+// Opens a sealed value read as `header` and `payload` (decrypted in place):
+// Corruption, saying why and setting `fault`, unless it is exactly the block
+// asked for, sealed under a key of the ring, and (max_age_s > 0) written at
+// most max_age_s before `now_s`. On failure `payload` holds no block.
+Status OpenRemoteValue(BlockSealer& sealer, std::span<const std::byte> header,
+                       const RemoteNamespace& ns, const BlockKey& key, std::span<std::byte> payload,
+                       uint64_t now_s, uint64_t max_age_s, RemoteFault* fault);
+
 struct RemoteStoreOptions {
   RedisOptions redis;
   // Put before every key, so deployments that share a cluster never meet.
@@ -83,8 +124,17 @@ struct RemoteStoreOptions {
   // read in several. Default 64 MiB.
   uint64_t max_read_batch_bytes = 64ULL << 20;
   const Clock* clock = &SystemClock();
+  // Seals and opens every value (see the top of this file); null: clear.
+  std::shared_ptr<BlockSealer> sealer;
+  // With a sealer: values written longer ago (seconds) are stale misses,
+  // and SET asks Redis to expire them after as long. 0: never stale.
+  uint64_t max_age_s = 0;
+  // Seconds since the epoch (the write time sealed into values). Default:
+  // the system's real-time clock.
+  std::function<uint64_t()> unix_seconds;
   // One line per event worth an operator's attention (paused, resumed, a
-  // corrupt value), at most one per kind every 10 s. Empty: none.
+  // value that is not the block, per cause), at most one per kind every
+  // 10 s. Empty: none.
   std::function<void(const std::string&)> note;
 };
 
@@ -94,7 +144,10 @@ class RemoteStore final : public RemoteTier {
   // the one the cluster recorded under the prefix: the first node records
   // a verifier of it (a hash, not the secret); a node with another secret is
   // refused (FailedPrecondition), since its keys would never meet the
-  // others'. Unavailable when no seed answers.
+  // others'. A node with a sealer records that the prefix's values are
+  // sealed; a node without one is then refused (FailedPrecondition): it
+  // would write prompts in the clear where the others protect them.
+  // Unavailable when no seed answers.
   static Result<std::unique_ptr<RemoteStore>> Open(const RemoteStoreOptions& options,
                                                    std::span<const std::byte> deployment_secret);
   ~RemoteStore() override;
@@ -139,7 +192,19 @@ class RemoteStore final : public RemoteTier {
   std::unique_ptr<RedisCluster> cluster_;
   std::atomic<TimeNs> paused_until_{0};
   std::atomic<bool> pause_noted_{false};
-  std::atomic<int64_t> last_pause_note_{INT64_MIN}, last_corrupt_note_{INT64_MIN};
+  // The header bytes of the values this node writes and expects.
+  size_t header_bytes() const {
+    return opt_.sealer ? kSealedRemoteHeaderBytes : kRemoteHeaderBytes;
+  }
+  // Checks (clear) or opens (sealed) the value of `key` read as `header`
+  // and `payload`, or in one piece (`whole`, not landed).
+  Status CheckValue(std::span<const std::byte> header, std::string_view whole,
+                    const RemoteNamespace& ns, const BlockKey& key, std::span<std::byte> payload,
+                    RemoteFault* fault);
+
+  std::atomic<int64_t> last_pause_note_{INT64_MIN};
+  // One per RemoteFault but kNone.
+  std::atomic<int64_t> last_corrupt_note_[3] = {INT64_MIN, INT64_MIN, INT64_MIN};
 
   mutable std::mutex mu_;
   RemoteStats stats_;  // guarded by mu_ (paused: computed)

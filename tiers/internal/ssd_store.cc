@@ -31,8 +31,6 @@ constexpr char kFormatFile[] = "FORMAT";
 constexpr char kSecretFile[] = "secret";
 constexpr char kKeysFile[] = "keys";
 constexpr char kIndexDir[] = "index";
-// A sealed block's identity names the tier it was written to.
-constexpr uint8_t kSealTierSsd = 1;
 constexpr char kSlotFile[] = "blocks.dat";
 // Preparation writes the file in pieces of this much (one zeroed buffer).
 constexpr uint64_t kPrepareChunkBytes = 8 * kMiB;
