@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "client/client.h"
@@ -233,6 +234,91 @@ TEST_F(RemoteTest, AnSsdDirectoryKeyedUnderAnotherSecretIsRefused) {
   const int other_status = RunDaemonToExit(args, &log);
   EXPECT_TRUE(WIFEXITED(other_status) && WEXITSTATUS(other_status) != 0) << log;
   EXPECT_NE(log.find("hashed under the deployment secret"), std::string::npos) << log;
+}
+
+// The remote tier as docs/security.md sets it up: a TLS-only cluster with
+// an ACL user, the nodes' blocks sealed under shared block keys. Blocks move
+// between nodes byte-exact, the cluster holds only sealed values, and each
+// missing or wrong piece of the set-up stops a node at start with a clear
+// error.
+TEST_F(RemoteTest, SealedBlocksMoveBetweenNodesOverTlsWithAnAclUser) {
+  RedisClusterSpec spec;
+  spec.tls = true;
+  spec.acl_user = "kvtier-node";
+  spec.acl_password = "node password";
+  StartCluster(spec);
+  const std::string keys_file = WriteSecret("keys", "1:" + std::string(64, 'd'));
+  const std::string password = WriteSecret("password", "node password");
+  auto config = [&](const std::string& name, const std::string& password_file, bool tls = true,
+                    bool sealed = true) {
+    const std::string path = *dir_ / (name + ".toml");
+    std::ofstream out(path);
+    out << "[server]\nblock_keys_file = \"" << (sealed ? keys_file : "") << "\"\n"
+        << "[remote]\nusername = \"kvtier-node\"\npassword_file = \"" << password_file << "\"\n";
+    if (tls) {
+      out << "tls = true\ntls_ca_file = \"" << redis_->ca_file() << "\"\ntls_cert_file = \""
+          << redis_->client_cert_file() << "\"\ntls_key_file = \"" << redis_->client_key_file()
+          << "\"\n";
+    }
+    return path;
+  };
+  const std::string good = config("good", password);
+  Daemon* node_a = StartNode({"--config", good, "--remote-write-through"});
+  Daemon* node_b = StartNode({"--config", good});
+  ASSERT_TRUE(node_a != nullptr && node_b != nullptr);
+  auto a = Connect(*node_a);
+  auto b = Connect(*node_b);
+  ASSERT_TRUE(a && b);
+  const auto keys = Put(*a, RandomPrompt(21, 6));
+  ASSERT_TRUE(WaitStat(*a, "tier.remote.written_blocks", 6));
+  size_t wrong = 0;
+  EXPECT_EQ(AcquireChecked(*b, keys, &wrong), 6u);
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(StatsOf(*b)["tier.remote.hits"], "6");
+  EXPECT_EQ(StatsOf(*b)["tier.remote.corrupt"], "0");
+  const std::string log = node_a->Log();
+  EXPECT_NE(log.find("sealed (AES-256-GCM) under block key 1"), std::string::npos) << log;
+  EXPECT_EQ(log.find("not encrypted"), std::string::npos) << log;
+  // Every block value on the cluster is sealed (format version 2 at byte 4).
+  size_t values = 0;
+  for (int n = 0; n < redis_->nodes(); ++n) {
+    std::istringstream names(redis_->Cli(n, {"KEYS", "kvtier:*:*"}));
+    for (std::string name; std::getline(names, name);) {
+      if (name.empty()) continue;
+      const std::string value = redis_->Cli(n, {"GET", name});
+      ASSERT_GT(value.size(), 8u) << name;
+      EXPECT_EQ(value[4], '\x02') << name;
+      ++values;
+    }
+  }
+  EXPECT_GE(values, 6u);
+
+  // What stops a node at start, each with a clear error.
+  struct Case {
+    std::string what, config, expect;
+    std::vector<std::string> args = {};
+  };
+  const std::string readable = WriteSecret("readable", "node password");
+  std::filesystem::permissions(readable, std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
+  const std::string wrong_password = WriteSecret("wrong", "not the password");
+  const std::vector<Case> cases = {
+      {"a wrong password", config("wrong", wrong_password), "AUTH as kvtier-node failed"},
+      {"a world-readable password file", config("readable", readable), "has mode 0604"},
+      {"TLS off", config("plain", password, false), "remote tier"},
+      {"no block keys", config("nokeys", password, true, false), "are sealed"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {
+        "--socket", *dir_ / "x.sock", "--no-reserve-memory", "--metrics-address", "",
+        "--config", c.config};
+    for (const std::string& arg : NodeArgs()) args.push_back(arg);
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    std::string out;
+    const int status = RunDaemonToExit(args, &out);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << c.what << ": " << out;
+    EXPECT_NE(out.find(c.expect), std::string::npos) << c.what << ": " << out;
+  }
 }
 
 TEST_F(RemoteTest, AClusterStoppedLeavesTheNodeServingItsOwnTiers) {

@@ -55,7 +55,7 @@ TEST_F(RespTest, CommandsAreFramedAsRedisReadsThem) {
   set.last_arg_tail = payload;
   RedisCommand get{{"GET", "key two"}, 1};
   const RedisCommand* cmds[] = {&set, &get};
-  ASSERT_TRUE(WriteCommands(fds_[0], cmds).ok());
+  ASSERT_TRUE(WriteCommands(RedisStream{fds_[0]}, cmds).ok());
   const std::string want = "*3\r\n$3\r\nSET\r\n$2\r\nk1\r\n$3003\r\nHDR" + payload +
                            "\r\n*2\r\n$3\r\nGET\r\n$7\r\nkey two\r\n";
   EXPECT_EQ(ReadPeer(want.size()), want);
@@ -67,7 +67,7 @@ TEST_F(RespTest, EveryReplyTypeIsParsedWhateverTheReadsSplit) {
       "*2\r\n*3\r\n:0\r\n:5460\r\n$9\r\n127.0.0.1\r\n$-1\r\n*-1\r\n";
   for (size_t piece : {size_t{1}, size_t{3}, size_t{7}, SIZE_MAX}) {
     std::thread peer([&] { Send(replies, piece); });
-    RespReader reader(fds_[0]);
+    RespReader reader(RedisStream{fds_[0]});
     using Type = RedisReply::Type;
     auto next = [&] {
       Result<RedisReply> r = reader.Next();
@@ -112,7 +112,7 @@ TEST_F(RespTest, AValueOfTheRightSizeLandsInTheCallersMemory) {
   std::array<std::byte, 72> header{};
   std::vector<std::byte> payload(200000);
   const std::array<std::span<std::byte>, 2> into = {std::span(header), std::span(payload)};
-  RespReader reader(fds_[0]);
+  RespReader reader(RedisStream{fds_[0]});
   Result<RedisReply> r = reader.Next(into);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->landed());
@@ -137,7 +137,7 @@ TEST_F(RespTest, MalformedRepliesAreErrorsNotGuesses) {
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
     ASSERT_EQ(::write(fds[1], bad.data(), bad.size()), static_cast<ssize_t>(bad.size()));
     ::close(fds[1]);
-    RespReader reader(fds[0]);
+    RespReader reader(RedisStream{fds[0]});
     Result<RedisReply> r = reader.Next();
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << bad;
@@ -149,20 +149,20 @@ TEST_F(RespTest, AServerThatClosesOrStallsIsAnErrorNotAHang) {
   Send("$10\r\nabc");
   timeval tv{0, 100 * 1000};
   ASSERT_EQ(::setsockopt(fds_[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
-  RespReader reader(fds_[0]);
+  RespReader reader(RedisStream{fds_[0]});
   Result<RedisReply> r = reader.Next();
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("timed out"), std::string::npos) << r.status().ToString();
   ::close(fds_[1]);
   fds_[1] = -1;
-  RespReader after_close(fds_[0]);
+  RespReader after_close(RedisStream{fds_[0]});
   r = after_close.Next();
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("closed"), std::string::npos) << r.status().ToString();
   // Writing to a closed peer is an error too, not a SIGPIPE.
   RedisCommand get{{"GET", "k"}, 1};
   const RedisCommand* one = &get;
-  EXPECT_EQ(WriteCommands(fds_[0], std::span(&one, 1)).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(WriteCommands(RedisStream{fds_[0]}, std::span(&one, 1)).code(), StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "tiers/internal/redis_tls.h"
+
 namespace kvtier::tiers::internal {
 
 namespace {
@@ -31,12 +33,27 @@ std::string ContextError(const redisContext* c, const Endpoint& node) {
   return "redis " + node.ToString() + ": " + why;
 }
 
+// One connection: the socket hiredis opened and, with TLS, its session.
+struct Conn {
+  redisContext* c = nullptr;
+  ssl_st* tls = nullptr;
+
+  Conn(redisContext* context, ssl_st* session) : c(context), tls(session) {}
+  ~Conn() {
+    TlsClient::Close(tls);  // before the socket goes
+    if (c != nullptr) redisFree(c);
+  }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+  RedisStream stream() const { return {c->fd, tls}; }
+};
+
 // One command and its reply on a connection of its own (connection set-up
 // and CLUSTER SLOTS).
-Result<RedisReply> Call(redisContext* c, const RedisCommand& cmd) {
+Result<RedisReply> Call(const Conn& conn, const RedisCommand& cmd) {
   const RedisCommand* one = &cmd;
-  KVTIER_RETURN_IF_ERROR(WriteCommands(c->fd, std::span(&one, 1)));
-  RespReader reader(c->fd);
+  KVTIER_RETURN_IF_ERROR(WriteCommands(conn.stream(), std::span(&one, 1)));
+  RespReader reader(conn.stream());
   return reader.Next();
 }
 
@@ -45,14 +62,15 @@ Result<RedisReply> Call(redisContext* c, const RedisCommand& cmd) {
 // not one each.
 class NodePool {
  public:
-  NodePool(Endpoint node, const RedisOptions& options) : node_(std::move(node)), opt_(options) {}
+  NodePool(Endpoint node, const RedisOptions& options, const TlsClient* tls)
+      : node_(std::move(node)), opt_(options), tls_(tls) {}
   ~NodePool() {
-    for (redisContext* c : idle_) redisFree(c);
+    for (Conn* c : idle_) delete c;
   }
 
   const Endpoint& node() const { return node_; }
 
-  Result<redisContext*> Take() {
+  Result<Conn*> Take() {
     std::unique_lock lock(mu_);
     const auto deadline = SteadyClock::now() + opt_.command_timeout;
     while (idle_.empty() && live_ >= opt_.connections_per_node) {
@@ -61,7 +79,7 @@ class NodePool {
       }
     }
     if (!idle_.empty()) {
-      redisContext* c = idle_.back();
+      Conn* c = idle_.back();
       idle_.pop_back();
       return c;
     }
@@ -70,7 +88,7 @@ class NodePool {
     }
     ++live_;
     lock.unlock();
-    Result<redisContext*> c = Open();
+    Result<Conn*> c = Open();
     lock.lock();
     if (!c) {
       --live_;
@@ -83,19 +101,19 @@ class NodePool {
 
   // Returns a connection; a broken one (an I/O error or timeout left it
   // mid-reply) is closed.
-  void Give(redisContext* c, bool healthy) {
+  void Give(Conn* c, bool healthy) {
     std::lock_guard lock(mu_);
-    if (healthy && c->err == 0) {
+    if (healthy && c->c->err == 0) {
       idle_.push_back(c);
     } else {
-      redisFree(c);
+      delete c;
       --live_;
     }
     cv_.notify_one();
   }
 
  private:
-  Result<redisContext*> Open() {
+  Result<Conn*> Open() {
     redisContext* c =
         redisConnectWithTimeout(node_.host.c_str(), node_.port, ToTimeval(opt_.connect_timeout));
     if (c == nullptr || c->err != 0) {
@@ -103,30 +121,44 @@ class NodePool {
       if (c != nullptr) redisFree(c);
       return s;
     }
-    redisSetTimeout(c, ToTimeval(opt_.command_timeout));
+    // The handshake is bounded by the connect timeout, the commands after
+    // it by the command timeout.
+    redisSetTimeout(c, ToTimeval(opt_.connect_timeout));
     redisEnableKeepAlive(c);
+    ssl_st* session = nullptr;
+    if (tls_ != nullptr) {
+      Result<ssl_st*> shaken = tls_->Connect(c->fd, node_.host);
+      if (!shaken) {
+        redisFree(c);
+        return UnavailableError("redis " + node_.ToString() + ": " +
+                                std::string(shaken.status().message()));
+      }
+      session = *shaken;
+    }
+    redisSetTimeout(c, ToTimeval(opt_.command_timeout));
+    auto conn = std::make_unique<Conn>(c, session);
     if (!opt_.password.empty() || !opt_.username.empty()) {
       // AUTH <user> <password> (an ACL user), or AUTH <password>
       // (requirepass: the user "default").
       RedisCommand auth{{"AUTH", opt_.password}, 0};
       if (!opt_.username.empty()) auth = {{"AUTH", opt_.username, opt_.password}, 0};
-      Result<RedisReply> r = Call(c, auth);
+      Result<RedisReply> r = Call(*conn, auth);
       if (!r || r->type() == RedisReply::Type::kError) {
-        Status s =
-            UnavailableError("redis " + node_.ToString() + ": AUTH failed: " +
-                             (r ? std::string(r->str()) : std::string(r.status().message())));
-        redisFree(c);
-        return s;
+        return UnavailableError(
+            "redis " + node_.ToString() + ": AUTH" +
+            (opt_.username.empty() ? std::string() : " as " + opt_.username) +
+            " failed: " + (r ? std::string(r->str()) : std::string(r.status().message())));
       }
     }
-    return c;
+    return conn.release();
   }
 
   const Endpoint node_;
   const RedisOptions& opt_;
+  const TlsClient* const tls_;  // null: no TLS
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<redisContext*> idle_;
+  std::vector<Conn*> idle_;
   int live_ = 0;
   SteadyClock::time_point down_until_{};
   std::string down_reason_;
@@ -177,7 +209,8 @@ Result<std::vector<SlotRange>> ParseSlots(const RedisReply& reply, const Endpoin
 
 class RedisCluster::Impl {
  public:
-  explicit Impl(RedisOptions options) : opt_(std::move(options)) {}
+  Impl(RedisOptions options, std::unique_ptr<TlsClient> tls)
+      : opt_(std::move(options)), tls_(std::move(tls)) {}
 
   Status Refresh() {
     std::lock_guard refresh_lock(refresh_mu_);
@@ -276,14 +309,14 @@ class RedisCluster::Impl {
   NodePool& Pool(const Endpoint& node) {
     std::lock_guard lock(pools_mu_);
     auto& pool = pools_[node.ToString()];
-    if (!pool) pool = std::make_unique<NodePool>(node, opt_);
+    if (!pool) pool = std::make_unique<NodePool>(node, opt_, tls_.get());
     return *pool;
   }
 
   Result<std::vector<SlotRange>> ReadSlots(const Endpoint& node) {
     NodePool& pool = Pool(node);
-    KVTIER_ASSIGN_OR_RETURN(redisContext * c, pool.Take());
-    Result<RedisReply> got = Call(c, {{"CLUSTER", "SLOTS"}, 0});
+    KVTIER_ASSIGN_OR_RETURN(Conn * c, pool.Take());
+    Result<RedisReply> got = Call(*c, {{"CLUSTER", "SLOTS"}, 0});
     pool.Give(c, got.ok());
     if (!got)
       return UnavailableError("redis " + node.ToString() + ": " +
@@ -313,14 +346,14 @@ class RedisCluster::Impl {
     for (const Send& s : todo) by_node[s.to.ToString()].push_back(s);
     struct Batch {
       NodePool* pool = nullptr;
-      redisContext* c = nullptr;
+      Conn* c = nullptr;
       std::vector<Send> sends;
       Status written;
     };
     std::vector<Batch> batches;
     for (auto& [name, sends] : by_node) {
       NodePool& pool = Pool(sends.front().to);
-      Result<redisContext*> c = pool.Take();
+      Result<Conn*> c = pool.Take();
       if (!c) {
         for (const Send& s : sends) results[s.index] = c.status();
         stale_.store(true);
@@ -332,13 +365,13 @@ class RedisCluster::Impl {
         if (s.asking) frames.push_back(&kAsking);
         frames.push_back(&commands[s.index]);
       }
-      Batch b{&pool, *c, std::move(sends), WriteCommands((*c)->fd, frames)};
+      Batch b{&pool, *c, std::move(sends), WriteCommands((*c)->stream(), frames)};
       batches.push_back(std::move(b));
     }
     std::vector<Send> next;
     for (Batch& b : batches) {
       Status healthy = b.written;
-      RespReader reader(b.c->fd);
+      RespReader reader(b.c->stream());
       for (const Send& s : b.sends) {
         if (healthy.ok() && s.asking) healthy = reader.Next().status();
         Result<RedisReply> got =
@@ -382,6 +415,7 @@ class RedisCluster::Impl {
   }
 
   const RedisOptions opt_;
+  const std::unique_ptr<TlsClient> tls_;  // null: no TLS
   mutable std::shared_mutex map_mu_;
   SlotMap map_;          // guarded by map_mu_
   bool cluster_ = true;  // guarded by map_mu_
@@ -396,7 +430,11 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::Connect(const RedisOptions& 
   if (options.connections_per_node < 1) {
     return InvalidArgumentError("redis: connections_per_node must be at least 1");
   }
-  auto impl = std::make_unique<Impl>(options);
+  std::unique_ptr<TlsClient> tls;
+  if (options.tls.enabled) {
+    KVTIER_ASSIGN_OR_RETURN(tls, TlsClient::Create(options.tls));
+  }
+  auto impl = std::make_unique<Impl>(options, std::move(tls));
   KVTIER_RETURN_IF_ERROR(impl->Refresh());
   return std::unique_ptr<RedisCluster>(new RedisCluster(std::move(impl)));
 }

@@ -1,5 +1,7 @@
 #include "tiers/internal/resp.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -7,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cstring>
 
 namespace kvtier::tiers::internal {
@@ -49,6 +52,26 @@ std::string SocketError(const char* what, int err) {
   return std::string(what) + ": " + std::strerror(err);
 }
 
+// What went wrong in a TLS read or write that returned `ret`.
+std::string TlsError(const char* what, ssl_st* tls, int ret) {
+  const int err = errno;
+  switch (SSL_get_error(tls, ret)) {
+    case SSL_ERROR_ZERO_RETURN:
+      return "connection closed by the server (TLS)";
+    case SSL_ERROR_WANT_READ:
+    case SSL_ERROR_WANT_WRITE:
+      return std::string(what) + " timed out (TLS)";
+    case SSL_ERROR_SYSCALL:
+      if (err == 0) return "connection closed by the server (TLS)";
+      return SocketError(what, err) + " (TLS)";
+    default: {
+      char text[256];
+      ERR_error_string_n(ERR_get_error(), text, sizeof(text));
+      return std::string(what) + ": TLS: " + text;
+    }
+  }
+}
+
 // An argument up to this size is copied into the framing text; a larger
 // one is sent from its own memory.
 constexpr size_t kInlineArgBytes = 512;
@@ -57,7 +80,7 @@ constexpr size_t kInlineArgBytes = 512;
 
 // ---- writing -----------------------------------------------------------------
 
-Status WriteCommands(int fd, std::span<const RedisCommand* const> commands) {
+Status WriteCommands(RedisStream stream, std::span<const RedisCommand* const> commands) {
   // The pieces to send, in order: a run of the framing text or an
   // argument's own bytes. Text offsets are resolved once the text is whole
   // (it may move while it grows).
@@ -105,24 +128,60 @@ Status WriteCommands(int fd, std::span<const RedisCommand* const> commands) {
     iov[i].iov_base = const_cast<char*>(p.text ? text.data() + p.off : p.at);
     iov[i].iov_len = p.len;
   }
+  return stream.WriteAll(iov.data(), iov.size());
+}
+
+// ---- the stream ---------------------------------------------------------------
+
+Result<size_t> RedisStream::ReadSome(void* buf, size_t n) const {
+  if (tls != nullptr) {
+    ERR_clear_error();
+    const int got = SSL_read(tls, buf, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+    if (got > 0) return static_cast<size_t>(got);
+    return UnavailableError(TlsError("read", tls, got));
+  }
+  for (;;) {
+    const ssize_t got = ::read(fd, buf, n);
+    if (got > 0) return static_cast<size_t>(got);
+    if (got == 0) return UnavailableError("connection closed by the server");
+    if (errno != EINTR) return UnavailableError(SocketError("read", errno));
+  }
+}
+
+Status RedisStream::WriteAll(iovec* iov, size_t count) const {
+  if (tls != nullptr) {
+    // A record per piece: the framing text of a whole batch is one piece.
+    for (size_t i = 0; i < count; ++i) {
+      const auto* p = static_cast<const char*>(iov[i].iov_base);
+      size_t left = iov[i].iov_len;
+      while (left > 0) {
+        ERR_clear_error();
+        const int n = SSL_write(tls, p, static_cast<int>(std::min<size_t>(left, INT_MAX)));
+        if (n <= 0) return UnavailableError(TlsError("write", tls, n));
+        p += n;
+        left -= static_cast<size_t>(n);
+      }
+    }
+    return Status::Ok();
+  }
   // sendmsg, not writev: MSG_NOSIGNAL (a closed peer is an error, not SIGPIPE).
   size_t first = 0;
-  while (first < iov.size()) {
+  while (first < count) {
     msghdr msg{};
-    msg.msg_iov = iov.data() + first;
-    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    msg.msg_iov = iov + first;
+    msg.msg_iovlen = std::min<size_t>(count - first, IOV_MAX);
     const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       return UnavailableError(SocketError("write", errno));
     }
     auto left = static_cast<size_t>(n);
-    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    while (first < count && left >= iov[first].iov_len) left -= iov[first++].iov_len;
     if (left > 0) {
       iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
       iov[first].iov_len -= left;
     }
-    while (first < iov.size() && iov[first].iov_len == 0) ++first;
+    while (first < count && iov[first].iov_len == 0) ++first;
   }
   return Status::Ok();
 }
@@ -138,15 +197,9 @@ Status RespReader::Fill() {
     len_ -= pos_;
     pos_ = 0;
   }
-  for (;;) {
-    const ssize_t n = ::read(fd_, buf_.data() + len_, buf_.size() - len_);
-    if (n > 0) {
-      len_ += static_cast<size_t>(n);
-      return Status::Ok();
-    }
-    if (n == 0) return UnavailableError("connection closed by the server");
-    if (errno != EINTR) return UnavailableError(SocketError("read", errno));
-  }
+  KVTIER_ASSIGN_OR_RETURN(const size_t n, stream_.ReadSome(buf_.data() + len_, buf_.size() - len_));
+  len_ += n;
+  return Status::Ok();
 }
 
 Result<std::string_view> RespReader::Line() {
@@ -189,14 +242,8 @@ Status RespReader::Exact(std::span<std::byte> out) {
   // The rest straight from the socket into `out`, never through the buffer.
   size_t got = buffered;
   while (got < out.size()) {
-    const ssize_t n = ::read(fd_, out.data() + got, out.size() - got);
-    if (n > 0) {
-      got += static_cast<size_t>(n);
-    } else if (n == 0) {
-      return UnavailableError("connection closed by the server");
-    } else if (errno != EINTR) {
-      return UnavailableError(SocketError("read", errno));
-    }
+    KVTIER_ASSIGN_OR_RETURN(const size_t n, stream_.ReadSome(out.data() + got, out.size() - got));
+    got += n;
   }
   return Status::Ok();
 }

@@ -15,6 +15,8 @@
 // the connection is then unusable (part of a reply may be unread).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -24,7 +26,23 @@
 
 #include "common/result.h"
 
+struct ssl_st;  // OpenSSL's SSL
+
 namespace kvtier::tiers::internal {
+
+// The byte stream of one connection: the socket itself, or a TLS session on
+// it (redis_tls.h). Not owning either. The socket's timeouts (SO_RCVTIMEO,
+// SO_SNDTIMEO) bound every call, through TLS too.
+struct RedisStream {
+  int fd = -1;
+  ssl_st* tls = nullptr;
+
+  // Some bytes into `buf` (at least one): Unavailable when the connection
+  // fails, closes or times out.
+  Result<size_t> ReadSome(void* buf, size_t n) const;
+  // All of `iov`'s bytes, in order (the iovecs are consumed).
+  Status WriteAll(iovec* iov, size_t count) const;
+};
 
 // One reply, owned.
 class RedisReply {
@@ -74,17 +92,18 @@ struct RedisCommand {
   std::span<const std::span<std::byte>> reply_into = {};
 };
 
-// Writes `commands` to `fd` in RESP, all of them, in as few sendmsg calls as
-// the iovec limit allows. Small arguments are framed into one text buffer;
-// large ones are sent from their own memory.
-Status WriteCommands(int fd, std::span<const RedisCommand* const> commands);
+// Writes `commands` to `stream` in RESP, all of them, in as few sendmsg
+// calls as the iovec limit allows (through TLS: a record per piece). Small
+// arguments are framed into one text buffer; large ones are sent from their
+// own memory.
+Status WriteCommands(RedisStream stream, std::span<const RedisCommand* const> commands);
 
 // Reads replies from one connection, in order. Holds what it read past a
 // reply for the next one; drained() says whether nothing is left over (a
 // connection handed back to its pool must be drained).
 class RespReader {
  public:
-  explicit RespReader(int fd) : fd_(fd), buf_(kBufferBytes) {}
+  explicit RespReader(RedisStream stream) : stream_(stream), buf_(kBufferBytes) {}
 
   // The next reply; a bulk string of exactly the total size of `into` is
   // read into it and returned landed().
@@ -103,7 +122,7 @@ class RespReader {
   Status Exact(std::span<std::byte> out);
   Status Fill();
 
-  int fd_;
+  RedisStream stream_;
   std::vector<char> buf_;
   size_t pos_ = 0, len_ = 0;
 };
