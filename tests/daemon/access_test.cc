@@ -1,14 +1,20 @@
 // Who may attach (docs/security.md): the socket file's owner and group, the
 // SO_PEERCRED allow lists, the peer logged at attach, and the metrics
 // endpoint's loopback default.
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <pwd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -145,6 +151,89 @@ TEST(AccessTest, AllowListsComeFromTheFileByIdOrName) {
       << bad.status().ToString();
   std::ofstream(path) << "[server]\nallow_gids = [-1]\n";
   EXPECT_FALSE(daemon::LoadConfigFile(path).ok());
+}
+
+// Another Unix user's process, not allowed to attach, can neither connect
+// nor reach the host arena: the socket's mode refuses the connection, and
+// the arena's memfd, which has no path, is reachable only through the
+// daemon's /proc entries and pidfd_getfd, which the kernel keeps from other
+// users. The second user is a uid of the test's choosing with no account
+// (the kernel knows users by number); becoming it takes root, as the test
+// command runs (scripts/test.sh in a fresh root).
+TEST(AccessTest, AnotherUsersProcessCanNeitherConnectNorMapTheArena) {
+  if (::geteuid() != 0) GTEST_SKIP() << "acting as a second Unix user needs root";
+  uid_t other = 0;
+  for (uid_t u = 47000; u < 48000 && other == 0; ++u) {
+    if (::getpwuid(u) == nullptr) other = u;
+  }
+  ASSERT_NE(other, 0u);
+  // The socket in a directory anyone may traverse: its own mode decides.
+  const TempDir dir("/tmp/kvtier-access-user");
+  std::filesystem::permissions(dir.path(), std::filesystem::perms(0755));
+  auto d = Daemon::Start({"--socket-mode", "0660"}, dir / "kvtierd.sock");
+  ASSERT_NE(d, nullptr);
+  std::string arena_fd;
+  const std::string fds = "/proc/" + std::to_string(d->pid()) + "/fd";
+  for (const auto& e : std::filesystem::directory_iterator(fds)) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec).string().find("memfd:kvtier-host-arena") !=
+        std::string::npos) {
+      arena_fd = e.path().filename().string();
+    }
+  }
+  ASSERT_FALSE(arena_fd.empty()) << "no host arena memfd among " << fds;
+  const std::string arena_path = fds + "/" + arena_fd;
+  const std::string mem_path = "/proc/" + std::to_string(d->pid()) + "/mem";
+  const std::string socket_path = d->socket();
+  const pid_t daemon_pid = d->pid();
+  const int target_fd = std::stoi(arena_fd);
+
+  // Each way in, tried as `uid`: 0 where it worked, else its errno.
+  auto attempts = [&](uid_t uid) -> std::vector<int> {
+    int out[2];
+    EXPECT_EQ(::pipe(out), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      int r[5];
+      bool ok = ::setgroups(0, nullptr) == 0 && ::setgid(uid) == 0 && ::setuid(uid) == 0;
+      if (!ok) ::_exit(2);
+      const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+      r[0] = ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
+      const int arena = ::open(arena_path.c_str(), O_RDWR);
+      r[1] = arena >= 0 ? 0 : errno;
+      const int listing = ::open(fds.c_str(), O_RDONLY | O_DIRECTORY);
+      r[2] = listing >= 0 ? 0 : errno;
+      const int mem = ::open(mem_path.c_str(), O_RDONLY);
+      r[3] = mem >= 0 ? 0 : errno;
+      const long pidfd = ::syscall(SYS_pidfd_open, daemon_pid, 0);
+      const long got = pidfd < 0 ? -1 : ::syscall(SYS_pidfd_getfd, pidfd, target_fd, 0);
+      r[4] = got >= 0 ? 0 : errno;
+      ok = ::write(out[1], r, sizeof(r)) == static_cast<ssize_t>(sizeof(r));
+      ::_exit(ok ? 0 : 3);
+    }
+    ::close(out[1]);
+    std::vector<int> r(5, -1);
+    const ssize_t n = ::read(out[0], r.data(), r.size() * sizeof(int));
+    ::close(out[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    EXPECT_EQ(n, static_cast<ssize_t>(r.size() * sizeof(int))) << "child status " << status;
+    return r;
+  };
+  const std::vector<int> as_other = attempts(other);
+  EXPECT_EQ(as_other[0], EACCES) << "connect: " << std::strerror(as_other[0]);
+  EXPECT_EQ(as_other[1], EACCES) << "open the arena: " << std::strerror(as_other[1]);
+  EXPECT_EQ(as_other[2], EACCES) << "list the daemon's fds: " << std::strerror(as_other[2]);
+  EXPECT_EQ(as_other[3], EACCES) << "open its memory: " << std::strerror(as_other[3]);
+  EXPECT_EQ(as_other[4], EPERM) << "pidfd_getfd: " << std::strerror(as_other[4]);
+  // The same ways work for the daemon's own user: the test can tell.
+  const std::vector<int> as_owner = attempts(::geteuid());
+  EXPECT_EQ(as_owner, std::vector<int>(5, 0));
+  EXPECT_TRUE(d->Alive());
+  EXPECT_TRUE(TryConnect(*d).ok());
 }
 
 TEST(AccessTest, MetricsBindLoopbackByDefaultAndWarnOtherwise) {
