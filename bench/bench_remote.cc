@@ -27,8 +27,18 @@
 // minor page faults per GB of payload: where the time goes on this side of
 // the socket.
 //
+// Encryption's cost, in the same rounds (issue 35's goal: >= 0.9x):
+//
+//   --seal   a fourth leg: the store with block keys, every value sealed
+//            (AES-256-GCM) on write and opened on read, against ours.
+//   --tls-seeds HOST:PORT[,...] --tls-ca F --tls-cert F --tls-key F
+//            a fifth leg: the store over TLS to the same cluster's TLS ports
+//            (the nodes listen on both; CLUSTER SLOTS names the ports of the
+//            asker's kind), values in the clear, against ours.
+//
 //   bench_remote --seeds HOST:PORT[,...] [--rounds N] [--slice-mib M]
-//                [--set-mib M] [--write-threads T] [--only TEXT]
+//                [--set-mib M] [--write-threads T] [--only TEXT] [--seal]
+//                [--tls-seeds ... --tls-ca F --tls-cert F --tls-key F]
 //
 // --only runs the cases whose name holds TEXT (e.g. "write 2 MiB").
 #include <hiredis/hiredis.h>
@@ -50,6 +60,7 @@
 #include "bench_flags.h"
 #include "bench_util.h"
 #include "common/malloc_tuning.h"
+#include "tiers/block_seal.h"
 #include "tiers/internal/redis_cluster.h"
 #include "tiers/internal/remote_store.h"
 
@@ -74,6 +85,9 @@ struct Args {
   uint64_t set_bytes = 64ULL << 20;     // distinct keys' payload, per key set
   size_t write_threads = 4;
   std::string only;  // run only the cases whose name holds this
+  bool seal = false;
+  std::vector<std::string> tls_seeds;
+  std::string tls_ca, tls_cert, tls_key;
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -191,12 +205,14 @@ KeySet MakeKeys(const RemoteStore& store, uint64_t ns, size_t n, Rng& rng) {
   return s;
 }
 
-enum Leg : size_t { kOurs = 0, kCluster = 1, kHiredis = 2, kLegs = 3 };
+enum Leg : size_t { kOurs = 0, kCluster = 1, kHiredis = 2, kSealed = 3, kTls = 4, kLegs = 5 };
+constexpr const char* kLegNames[kLegs] = {"ours", "cluster", "hiredis", "sealed", "tls"};
 
-// One case: its three legs, each moving `ops` operations of bytes_per_op
-// starting at operation `first` (keys cycle through the set).
+// One case: its legs (the last two only with --seal and --tls-seeds), each moving `ops` operations
+// of bytes_per_op starting at operation `first` (keys cycle through the set).
 struct Case {
   std::string name;
+  uint64_t block_bytes = 0;
   uint64_t bytes_per_op = 0;
   uint64_t ops_per_leg = 0;
   std::array<std::function<void(uint64_t first, uint64_t ops)>, kLegs> legs;
@@ -269,6 +285,34 @@ int Run(const Args& a) {
     raw.push_back(std::make_unique<RawCluster>(opt.redis.seeds.front()));
   }
   std::printf("cluster: %s\n", (*store)->description().c_str());
+  // The encrypted legs' stores: sealed values under a prefix of their own
+  // (a prefix's values are all sealed or none are), TLS to the same keys.
+  std::unique_ptr<RemoteStore> sealed, tls;
+  if (a.seal) {
+    tiers::internal::RemoteStoreOptions so = opt;
+    so.key_prefix = "kvbench-sealed";
+    auto ring = tiers::KeyRing::Parse("1:" + std::string(64, '7'));
+    if (!ring) Die(ring.status().ToString());
+    so.sealer = std::make_shared<tiers::BlockSealer>(*std::move(ring));
+    auto opened = RemoteStore::Open(so, secret);
+    if (!opened) Die("sealed RemoteStore::Open: " + opened.status().ToString());
+    sealed = std::move(*opened);
+  }
+  if (!a.tls_seeds.empty()) {
+    tiers::internal::RemoteStoreOptions to = opt;
+    to.redis.seeds.clear();
+    for (const std::string& s : a.tls_seeds)
+      to.redis.seeds.push_back(*tiers::internal::ParseEndpoint(s));
+    to.redis.tls.enabled = true;
+    to.redis.tls.ca_file = a.tls_ca;
+    to.redis.tls.cert_file = a.tls_cert;
+    to.redis.tls.key_file = a.tls_key;
+    auto opened = RemoteStore::Open(to, secret);
+    if (!opened) Die("TLS RemoteStore::Open: " + opened.status().ToString());
+    tls = std::move(*opened);
+    std::printf("tls: %s\n", tls->description().c_str());
+  }
+  std::array<bool, kLegs> active{true, true, true, sealed != nullptr, tls != nullptr};
 
   Rng rng(17);
   // Llama-3-8B's layout (32 layers, 8 KV heads of 128, fp16): 2 and 16
@@ -299,8 +343,12 @@ int Run(const Args& a) {
     n = (n + kChain - 1) / kChain * kChain;  // whole chains
     p->write_set = MakeKeys(**store, p->ns.id, n, rng);
     p->read_set = MakeKeys(**store, p->ns.id, n, rng);
+    p->ns.fingerprint = tiers::NamespaceFingerprint("bench_remote", "", layout.ToString());
     for (const BlockKey& k : p->read_set.keys) {
       if (Status s = (*store)->Write(p->ns, k, p->payload); !s.ok()) Die(s.ToString());
+      if (sealed) {
+        if (Status s = sealed->Write(p->ns, k, p->payload); !s.ok()) Die(s.ToString());
+      }
     }
     p->dst.assign(kChain * p->bb, std::byte{1});
     for (size_t i = 0; i < kChain; ++i) p->outs.push_back({p->dst.data() + i * p->bb, p->bb});
@@ -316,6 +364,7 @@ int Run(const Args& a) {
       Case c;
       c.name = "write " + SizeName(s.bb) + ", " + std::to_string(threads) + " thread" +
                (threads > 1 ? "s" : "");
+      c.block_bytes = s.bb;
       c.bytes_per_op = s.bb;
       const size_t nk = s.write_set.keys.size();
       c.legs[kOurs] = [&s, &ours, threads, nk](uint64_t first, uint64_t ops) {
@@ -336,12 +385,24 @@ int Run(const Args& a) {
         Spread(threads, first, ops,
                [&](size_t t, uint64_t i) { raw[t]->Set(s.write_set.names[i % nk], s.payload); });
       };
+      for (const auto& [leg, other] :
+           {std::pair{kSealed, sealed.get()}, std::pair{kTls, tls.get()}}) {
+        if (other == nullptr) continue;
+        c.legs[leg] = [&s, other, threads, nk](uint64_t first, uint64_t ops) {
+          Spread(threads, first, ops, [&](size_t, uint64_t i) {
+            if (Status st = other->Write(s.ns, s.write_set.keys[i % nk], s.payload); !st.ok()) {
+              Die("RemoteStore::Write (encrypted leg): " + st.ToString());
+            }
+          });
+        };
+      }
       cases.push_back(std::move(c));
     }
     for (size_t chain : {size_t{1}, kChain}) {
       Case c;
       c.name = "read " + SizeName(s.bb) + ", " + std::to_string(chain) + " block" +
                (chain > 1 ? "s" : "") + "/call";
+      c.block_bytes = s.bb;
       c.bytes_per_op = chain * s.bb;
       const size_t nk = s.read_set.keys.size();
       // Operation i reads blocks [i * chain, (i + 1) * chain) mod the set.
@@ -368,6 +429,19 @@ int Run(const Args& a) {
           raw[0]->Get(std::span(s.read_set.names).subspan(from(i), chain), value_bytes);
         }
       };
+      for (const auto& [leg, other] :
+           {std::pair{kSealed, sealed.get()}, std::pair{kTls, tls.get()}}) {
+        if (other == nullptr) continue;
+        c.legs[leg] = [&s, other, chain, from](uint64_t first, uint64_t ops) {
+          const std::span outs(s.outs.data(), chain);
+          for (uint64_t i = first; i < first + ops; ++i) {
+            const size_t got =
+                other->ReadLeading(s.ns, std::span(s.read_set.keys).subspan(from(i), chain), outs);
+            if (got != chain)
+              Die("ReadLeading (encrypted leg) missed: " + other->stats().last_error);
+          }
+        };
+      }
       cases.push_back(std::move(c));
     }
     sizes.push_back(std::move(p));
@@ -376,14 +450,18 @@ int Run(const Args& a) {
   if (cases.empty()) Die("no case's name holds \"" + a.only + "\"");
   for (Case& c : cases) c.ops_per_leg = std::max<uint64_t>(1, a.slice_bytes / c.bytes_per_op);
   // One unmeasured pass of every leg: connections opened, pages faulted.
+  std::vector<size_t> legs;
+  for (size_t l = 0; l < kLegs; ++l) {
+    if (active[l]) legs.push_back(l);
+  }
   for (Case& c : cases) {
-    for (auto& leg : c.legs) leg(0, std::min<uint64_t>(c.ops_per_leg, 4));
+    for (size_t l : legs) c.legs[l](0, std::min<uint64_t>(c.ops_per_leg, 4));
   }
 
   for (int round = 0; round < a.rounds; ++round) {
     for (Case& c : cases) {
-      for (size_t k = 0; k < kLegs; ++k) {
-        const size_t leg = (k + static_cast<size_t>(round)) % kLegs;
+      for (size_t k = 0; k < legs.size(); ++k) {
+        const size_t leg = legs[(k + static_cast<size_t>(round)) % legs.size()];
         const Usage u0 = SelfUsage();
         const auto t0 = Clock::now();
         c.legs[leg](c.ops[leg], c.ops_per_leg);
@@ -437,10 +515,43 @@ int Run(const Args& a) {
   for (const Case& c : cases) {
     std::printf("%-30s", c.name.c_str());
     for (size_t l = 0; l < kLegs; ++l) {
+      if (!active[l] || l > kHiredis) continue;
       const double gb = static_cast<double>(c.ops[l] * c.bytes_per_op) / 1e9;
       std::printf(" %9.2f / %6.0f", c.cpu_seconds[l] / gb, static_cast<double>(c.faults[l]) / gb);
     }
     std::printf("\n");
+  }
+  // Encryption against none, same rounds: throughput ratio (median of the
+  // rounds, worst round) and the extra CPU per block on this side.
+  for (size_t leg : {kSealed, kTls}) {
+    if (!active[leg]) continue;
+    std::printf("\n%s: %s\n", kLegNames[leg],
+                leg == kSealed ? "block keys configured: every value sealed (AES-256-GCM) on write "
+                                 "and opened on read, against ours in the clear"
+                               : "ours over TLS (the same cluster's TLS ports, the same keys), "
+                                 "against ours in plaintext");
+    std::printf("%-30s %10s %10s %22s %22s\n", "case", "ours MB/s", "enc MB/s", "enc/ours",
+                "extra CPU us/block");
+    for (const Case& c : cases) {
+      std::vector<double> r;
+      for (size_t i = 0; i < c.round_mbps[kOurs].size(); ++i) {
+        r.push_back(c.round_mbps[leg][i] / c.round_mbps[kOurs][i]);
+      }
+      const double mb_ours =
+          static_cast<double>(c.ops[kOurs] * c.bytes_per_op) / c.seconds[kOurs] / 1e6;
+      const double mb_enc = static_cast<double>(c.ops[leg] * c.bytes_per_op) / c.seconds[leg] / 1e6;
+      const double blocks_per_op =
+          static_cast<double>(c.bytes_per_op) / static_cast<double>(c.block_bytes);
+      const double us_ours =
+          c.cpu_seconds[kOurs] / static_cast<double>(c.ops[kOurs]) / blocks_per_op * 1e6;
+      const double us_enc =
+          c.cpu_seconds[leg] / static_cast<double>(c.ops[leg]) / blocks_per_op * 1e6;
+      char ratio[64];
+      std::snprintf(ratio, sizeof(ratio), "%.2fx [%.2f-%.2f]", Median(r),
+                    *std::min_element(r.begin(), r.end()), *std::max_element(r.begin(), r.end()));
+      std::printf("%-30s %10.0f %10.0f %22s %22.1f\n", c.name.c_str(), mb_ours, mb_enc, ratio,
+                  us_enc - us_ours);
+    }
   }
   const tiers::RemoteStats st = (*store)->stats();
   std::printf(
@@ -471,10 +582,22 @@ int main(int argc, char** argv) {
   flags.options["--set-mib"] = [&](const std::string& v) { a.set_bytes = std::stoull(v) << 20; };
   flags.options["--write-threads"] = [&](const std::string& v) { a.write_threads = std::stoul(v); };
   flags.options["--only"] = [&](const std::string& v) { a.only = v; };
+  flags.options["--tls-seeds"] = [&](const std::string& v) {
+    for (size_t at = 0; at <= v.size();) {
+      const size_t comma = std::min(v.find(',', at), v.size());
+      if (comma > at) a.tls_seeds.push_back(v.substr(at, comma - at));
+      at = comma + 1;
+    }
+  };
+  flags.switches["--seal"] = [&] { a.seal = true; };
+  flags.options["--tls-ca"] = [&](const std::string& v) { a.tls_ca = v; };
+  flags.options["--tls-cert"] = [&](const std::string& v) { a.tls_cert = v; };
+  flags.options["--tls-key"] = [&](const std::string& v) { a.tls_key = v; };
   const int done = kvtier::bench::ParseFlags(
       argc, argv, flags,
       "bench_remote --seeds HOST:PORT[,...] [--rounds N] [--slice-mib M] [--set-mib M] "
-      "[--write-threads T] [--only TEXT]");
+      "[--write-threads T] [--only TEXT] [--seal] [--tls-seeds HOST:PORT[,...] --tls-ca F "
+      "--tls-cert F --tls-key F]");
   if (done >= 0) return done;
   if (a.seeds.empty() || a.rounds < 1 || a.write_threads < 1) {
     kvtier::bench::Die("bad arguments");

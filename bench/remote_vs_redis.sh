@@ -11,6 +11,11 @@
 # client, in alternating rounds; it prints the median ratio ours/peer.
 # Goal: >= 0.8x raw Redis.
 #
+# SEAL=1 adds the store with block keys (every value sealed, AES-256-GCM)
+# and TLS=1 the store over TLS (the nodes listen on a TLS port too, with
+# certificates made here by `openssl`), each against ours in the clear in
+# the same rounds: the cost of encryption (goal >= 0.9x).
+#
 # Usage: bench/remote_vs_redis.sh [build-dir]   (default build-release; a
 # Release build with -DKVTIER_BUILD_BENCH=ON)
 # ROUNDS (default 7), SLICE_MIB (payload per leg, default 128) and SET_MIB
@@ -42,13 +47,34 @@ ports=()
 candidate=$((20000 + RANDOM % 20000))
 while [ "${#ports[@]}" -lt 3 ]; do
   candidate=$((candidate + 1))
-  port_free "$candidate" && port_free $((candidate + 10000)) && ports+=("$candidate")
+  port_free "$candidate" && port_free $((candidate + 10000)) && port_free $((candidate + 1000)) &&
+    ports+=("$candidate")
 done
 
+# With TLS=1: a CA and one certificate for 127.0.0.1 (the nodes' and ours).
+tls_args=()
+if [ "${TLS:-0}" = 1 ]; then
+  command -v openssl >/dev/null || { echo "openssl missing: scripts/install-deps.sh" >&2; exit 1; }
+  printf '[req]\ndistinguished_name=dn\n[dn]\n[ext]\nsubjectAltName=IP:127.0.0.1\n' >"$dir/tls.cnf"
+  ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+  openssl req -x509 "${ec[@]}" -keyout "$dir/ca.key" -out "$dir/ca.pem" -days 2 -subj /CN=bench-ca \
+    2>/dev/null
+  openssl req "${ec[@]}" -keyout "$dir/node.key" -out "$dir/node.csr" -subj /CN=node \
+    -config "$dir/tls.cnf" 2>/dev/null
+  openssl x509 -req -in "$dir/node.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
+    -out "$dir/node.pem" -days 2 -extfile "$dir/tls.cnf" -extensions ext 2>/dev/null
+  tls_files=(--tls-cert-file "$dir/node.pem" --tls-key-file "$dir/node.key"
+    --tls-ca-cert-file "$dir/ca.pem")
+fi
 for p in "${ports[@]}"; do
+  if [ "${TLS:-0}" = 1 ]; then
+    # The TLS port beside the plain one; CLUSTER SLOTS names the ports of
+    # the asker's kind.
+    tls_args=(--tls-port $((p + 1000)) "${tls_files[@]}" --tls-cluster yes)
+  fi
   redis-server --port "$p" --bind 127.0.0.1 --protected-mode no --dir "$dir" \
     --save "" --appendonly no --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
-    --daemonize no --logfile "$dir/node-$p.log" &
+    "${tls_args[@]}" --daemonize no --logfile "$dir/node-$p.log" &
   pids+=($!)
 done
 for p in "${ports[@]}"; do
@@ -59,7 +85,15 @@ for p in "${ports[@]}"; do
 done
 addrs=("${ports[@]/#/127.0.0.1:}")
 seeds=$(IFS=,; echo "${addrs[*]}")
-redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
+create=("${addrs[@]}")
+cli_tls=()
+if [ "${TLS:-0}" = 1 ]; then
+  # Created through the TLS ports, so the bus learns them (tls-cluster).
+  create=()
+  for p in "${ports[@]}"; do create+=("127.0.0.1:$((p + 1000))"); done
+  cli_tls=(--tls --cacert "$dir/ca.pem" --cert "$dir/node.pem" --key "$dir/node.key")
+fi
+redis-cli "${cli_tls[@]}" --cluster create "${create[@]}" --cluster-replicas 0 --cluster-yes \
   >"$dir/create.log" 2>&1 || { cat "$dir/create.log" >&2; exit 1; }
 for _ in $(seq 100); do
   ok=0
@@ -76,5 +110,12 @@ if [ "$ok" -ne 3 ]; then
 fi
 
 echo "== remote tier vs raw Redis: 3-master cluster on $seeds ($(redis-server --version | cut -d' ' -f1-3))"
+extra=()
+[ "${SEAL:-0}" = 1 ] && extra+=(--seal)
+if [ "${TLS:-0}" = 1 ]; then
+  tls_seeds=$(IFS=,; echo "${create[*]}")
+  extra+=(--tls-seeds "$tls_seeds" --tls-ca "$dir/ca.pem" --tls-cert "$dir/node.pem"
+    --tls-key "$dir/node.key")
+fi
 "$build/bench/bench_remote" --seeds "$seeds" --rounds "$rounds" --slice-mib "$slice" \
-  --set-mib "$set_mib"
+  --set-mib "$set_mib" "${extra[@]}"

@@ -375,7 +375,8 @@ class RedisCluster::Impl {
       for (const Send& s : b.sends) {
         if (healthy.ok() && s.asking) healthy = reader.Next().status();
         Result<RedisReply> got =
-            healthy.ok() ? reader.Next(commands[s.index].reply_into) : Result<RedisReply>(healthy);
+            healthy.ok() ? reader.Next(commands[s.index].reply_into, commands[s.index].sink)
+                         : Result<RedisReply>(healthy);
         if (!got) {
           if (healthy.ok()) healthy = got.status();
           stale_.store(true);

@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "common/hash.h"
 #include "tiers/internal/checksum.h"
@@ -178,9 +179,11 @@ Status SealRemoteValue(BlockSealer& sealer, const RemoteNamespace& ns, const Blo
   return Status::Ok();
 }
 
-Status OpenRemoteValue(BlockSealer& sealer, std::span<const std::byte> header,
-                       const RemoteNamespace& ns, const BlockKey& key, std::span<std::byte> payload,
-                       uint64_t now_s, uint64_t max_age_s, RemoteFault* fault) {
+Result<BlockSealer::Opener> StartOpenRemoteValue(BlockSealer& sealer,
+                                                 std::span<const std::byte> header,
+                                                 const RemoteNamespace& ns, const BlockKey& key,
+                                                 uint64_t payload_bytes, uint64_t now_s,
+                                                 uint64_t max_age_s, RemoteFault* fault) {
   *fault = RemoteFault::kOther;
   const auto* h = reinterpret_cast<const char*>(header.data());
   if (Get32(h) != kMagic) return CorruptionError("remote value: not a kvtier block");
@@ -191,7 +194,7 @@ Status OpenRemoteValue(BlockSealer& sealer, std::span<const std::byte> header,
     *fault = RemoteFault::kSealing;
     return CorruptionError("remote value: in the clear (written by a node without block keys)");
   }
-  KVTIER_RETURN_IF_ERROR(CheckHeaderFields(h, ns, key, payload.size(), /*sealed=*/true));
+  KVTIER_RETURN_IF_ERROR(CheckHeaderFields(h, ns, key, payload_bytes, /*sealed=*/true));
   const uint64_t written = Get64(h + 64);
   KVTIER_ASSIGN_OR_RETURN(const tiers::Seal seal,
                           tiers::DecodeSeal(header.subspan(kRemoteHeaderBytes, kSealBytes)));
@@ -209,9 +212,19 @@ Status OpenRemoteValue(BlockSealer& sealer, std::span<const std::byte> header,
     return CorruptionError("remote value: stale, written " + std::to_string(now_s - written) +
                            " s ago (max_age " + std::to_string(max_age_s) + " s)");
   }
-  Status opened = sealer.Open(RemoteIdentity(ns, key, payload.size(), written), seal, payload);
-  if (opened.ok()) *fault = RemoteFault::kNone;
-  return opened;
+  return sealer.StartOpen(RemoteIdentity(ns, key, payload_bytes, written), seal);
+}
+
+Status OpenRemoteValue(BlockSealer& sealer, std::span<const std::byte> header,
+                       const RemoteNamespace& ns, const BlockKey& key, std::span<std::byte> payload,
+                       uint64_t now_s, uint64_t max_age_s, RemoteFault* fault) {
+  KVTIER_ASSIGN_OR_RETURN(
+      BlockSealer::Opener opener,
+      StartOpenRemoteValue(sealer, header, ns, key, payload.size(), now_s, max_age_s, fault));
+  KVTIER_RETURN_IF_ERROR(opener.Update(payload));
+  KVTIER_RETURN_IF_ERROR(opener.Finish());
+  *fault = RemoteFault::kNone;
+  return Status::Ok();
 }
 
 Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, const BlockKey& key,
@@ -224,6 +237,69 @@ Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, cons
   std::memcpy(out.data(), bytes.data() + kRemoteHeaderBytes, out.size());
   return CheckRemoteValue(bytes.first(kRemoteHeaderBytes), ns, key, out);
 }
+
+namespace {
+
+// Opens a sealed value as it lands (RedisCommand::sink): once the header is
+// in, its seal starts an opener, and each part of the payload is decrypted
+// in place while the next is still on the wire, so that most of the
+// decryption hides behind the transfer.
+class OpenAsLanded final : public LandingSink {
+ public:
+  OpenAsLanded(BlockSealer* sealer, std::span<const std::byte> header, const RemoteNamespace* ns,
+               const BlockKey* key, uint64_t payload_bytes, uint64_t now_s, uint64_t max_age_s)
+      : sealer_(sealer),
+        header_(header),
+        ns_(ns),
+        key_(key),
+        payload_bytes_(payload_bytes),
+        now_s_(now_s),
+        max_age_s_(max_age_s) {}
+
+  void Part(size_t span, std::span<std::byte> bytes) override {
+    if (!status_.ok()) return;
+    if (span == 0) {
+      header_got_ += bytes.size();
+      if (header_got_ < header_.size()) return;
+      Result<BlockSealer::Opener> opener = StartOpenRemoteValue(
+          *sealer_, header_, *ns_, *key_, payload_bytes_, now_s_, max_age_s_, &fault_);
+      if (!opener) {
+        status_ = opener.status();
+        return;
+      }
+      opener_.emplace(std::move(opener).value());
+      return;
+    }
+    if (!opener_) {
+      status_ = CorruptionError("remote value: payload before its header");
+      return;
+    }
+    status_ = opener_->Update(bytes);
+  }
+
+  // Once the whole value landed: OK when it opened as the block.
+  Status Finish(RemoteFault* fault) {
+    *fault = fault_;
+    if (!status_.ok()) return status_;
+    if (!opener_) return CorruptionError("remote value: its header never came");
+    KVTIER_RETURN_IF_ERROR(opener_->Finish());
+    *fault = RemoteFault::kNone;
+    return Status::Ok();
+  }
+
+ private:
+  BlockSealer* sealer_;
+  std::span<const std::byte> header_;
+  const RemoteNamespace* ns_;
+  const BlockKey* key_;
+  uint64_t payload_bytes_, now_s_, max_age_s_;
+  size_t header_got_ = 0;
+  RemoteFault fault_ = RemoteFault::kOther;
+  Status status_;
+  std::optional<BlockSealer::Opener> opener_;
+};
+
+}  // namespace
 
 // ---- RemoteStore -----------------------------------------------------------
 
@@ -453,11 +529,20 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
     std::vector<std::array<std::span<std::byte>, 2>> into(n);
     names.reserve(n);
     cmds.reserve(n);
+    // Sealed, each value is opened as it lands (OpenAsLanded).
+    std::vector<OpenAsLanded> openers;
+    if (opt_.sealer) openers.reserve(n);
+    const uint64_t now_s = opt_.sealer ? opt_.unix_seconds() : 0;
     for (size_t i = 0; i < n; ++i) {
       names.push_back(KeyOf(ns.id, keys[done + i]));
       into[i] = {std::span(headers[i]).first(header_bytes()), outs[done + i]};
       RedisCommand get{{"GET", names.back()}, 1};
       get.reply_into = into[i];
+      if (opt_.sealer) {
+        openers.emplace_back(opt_.sealer.get(), into[i][0], &ns, &keys[done + i],
+                             outs[done + i].size(), now_s, opt_.max_age_s);
+        get.sink = &openers.back();
+      }
       cmds.push_back(std::move(get));
     }
     std::vector<Status> outcome(n);
@@ -473,7 +558,8 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
         kind[i] = 3;
         outcome[i] = UnavailableError("remote GET: " + std::string(r->str()));
       } else if (Status s =
-                     r->landed()
+                     r->landed() && opt_.sealer ? openers[i].Finish(&fault[i])
+                     : r->landed()
                          ? CheckValue(into[i][0], {}, ns, keys[done + i], outs[done + i], &fault[i])
                          : CheckValue({}, r->str(), ns, keys[done + i], outs[done + i], &fault[i]);
                  !s.ok()) {

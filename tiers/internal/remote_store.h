@@ -104,6 +104,14 @@ Status SealRemoteValue(BlockSealer& sealer, const RemoteNamespace& ns, const Blo
 // Corruption, saying why and setting `fault`, unless it is exactly the block
 // asked for, sealed under a key of the ring, and (max_age_s > 0) written at
 // most max_age_s before `now_s`. On failure `payload` holds no block.
+// The first half of OpenRemoteValue, for a payload still on its way: the
+// header checked and an opener started, to which the payload's parts go in
+// order (Update), then Finish.
+Result<BlockSealer::Opener> StartOpenRemoteValue(BlockSealer& sealer,
+                                                 std::span<const std::byte> header,
+                                                 const RemoteNamespace& ns, const BlockKey& key,
+                                                 uint64_t payload_bytes, uint64_t now_s,
+                                                 uint64_t max_age_s, RemoteFault* fault);
 Status OpenRemoteValue(BlockSealer& sealer, std::span<const std::byte> header,
                        const RemoteNamespace& ns, const BlockKey& key, std::span<std::byte> payload,
                        uint64_t now_s, uint64_t max_age_s, RemoteFault* fault);

@@ -235,24 +235,29 @@ Result<int64_t> RespReader::Number() {
   return v;
 }
 
-Status RespReader::Exact(std::span<std::byte> out) {
+Status RespReader::Exact(std::span<std::byte> out, LandingSink* sink, size_t span) {
   const size_t buffered = std::min(out.size(), len_ - pos_);
-  if (buffered > 0) std::memcpy(out.data(), buf_.data() + pos_, buffered);
+  if (buffered > 0) {
+    std::memcpy(out.data(), buf_.data() + pos_, buffered);
+    if (sink != nullptr) sink->Part(span, out.first(buffered));
+  }
   pos_ += buffered;
   // The rest straight from the socket into `out`, never through the buffer.
   size_t got = buffered;
   while (got < out.size()) {
     KVTIER_ASSIGN_OR_RETURN(const size_t n, stream_.ReadSome(out.data() + got, out.size() - got));
+    if (sink != nullptr) sink->Part(span, out.subspan(got, n));
     got += n;
   }
   return Status::Ok();
 }
 
-Result<RedisReply> RespReader::Next(std::span<const std::span<std::byte>> into) {
-  return Parse(into, 0);
+Result<RedisReply> RespReader::Next(std::span<const std::span<std::byte>> into, LandingSink* sink) {
+  return Parse(into, 0, sink);
 }
 
-Result<RedisReply> RespReader::Parse(std::span<const std::span<std::byte>> into, int depth) {
+Result<RedisReply> RespReader::Parse(std::span<const std::span<std::byte>> into, int depth,
+                                     LandingSink* sink) {
   if (pos_ == len_) KVTIER_RETURN_IF_ERROR(Fill());
   const char tag = buf_[pos_++];
   switch (tag) {
@@ -275,7 +280,7 @@ Result<RedisReply> RespReader::Parse(std::span<const std::span<std::byte>> into,
       for (const std::span<std::byte>& s : into) want += s.size();
       RedisReply reply;
       if (!into.empty() && want == bytes) {
-        for (const std::span<std::byte>& s : into) KVTIER_RETURN_IF_ERROR(Exact(s));
+        for (size_t i = 0; i < into.size(); ++i) KVTIER_RETURN_IF_ERROR(Exact(into[i], sink, i));
         reply = RedisReply::Landed(bytes);
       } else {
         std::string text(bytes, '\0');
@@ -298,7 +303,7 @@ Result<RedisReply> RespReader::Parse(std::span<const std::span<std::byte>> into,
       std::vector<RedisReply> elements;
       elements.reserve(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) {
-        KVTIER_ASSIGN_OR_RETURN(RedisReply e, Parse({}, depth + 1));
+        KVTIER_ASSIGN_OR_RETURN(RedisReply e, Parse({}, depth + 1, nullptr));
         elements.push_back(std::move(e));
       }
       return RedisReply::Array(std::move(elements));

@@ -78,6 +78,18 @@ class RedisReply {
   std::vector<RedisReply> elements_;
 };
 
+// Sees a landed bulk string's bytes as they arrive from the socket
+// (RedisCommand::sink), before the reply is whole: Part is called for each
+// piece read into the command's `reply_into` spans, in order, with the
+// index of the span it belongs to. A caller can then work on each piece
+// while the next is still on the wire (the remote tier decrypts a sealed
+// value so). Not called for a reply that does not land.
+class LandingSink {
+ public:
+  virtual ~LandingSink() = default;
+  virtual void Part(size_t span, std::span<std::byte> bytes) = 0;
+};
+
 // One command: its arguments, viewed (they must outlive the call), and
 // which of them is the key that routes it (index 1 for GET/SET/EXISTS/DEL).
 struct RedisCommand {
@@ -90,6 +102,8 @@ struct RedisCommand {
   // (a value's header, then its payload): read there from the socket, the
   // reply then landed(). A string of any other size is an ordinary reply.
   std::span<const std::span<std::byte>> reply_into = {};
+  // Sees the landed bytes as they arrive; null: none.
+  LandingSink* sink = nullptr;
 };
 
 // Writes `commands` to `stream` in RESP, all of them, in as few sendmsg
@@ -107,7 +121,9 @@ class RespReader {
 
   // The next reply; a bulk string of exactly the total size of `into` is
   // read into it and returned landed().
-  Result<RedisReply> Next(std::span<const std::span<std::byte>> into = {});
+  // `sink`, when given, sees the landed bytes as they arrive.
+  Result<RedisReply> Next(std::span<const std::span<std::byte>> into = {},
+                          LandingSink* sink = nullptr);
   bool drained() const { return pos_ == len_; }
 
  private:
@@ -116,10 +132,12 @@ class RespReader {
   static constexpr int64_t kMaxBulkBytes = 512LL << 20;
   static constexpr int64_t kMaxElements = 1LL << 24;
 
-  Result<RedisReply> Parse(std::span<const std::span<std::byte>> into, int depth);
+  Result<RedisReply> Parse(std::span<const std::span<std::byte>> into, int depth,
+                           LandingSink* sink);
   Result<std::string_view> Line();
   Result<int64_t> Number();
-  Status Exact(std::span<std::byte> out);
+  // Reads exactly out.size() bytes; `sink` sees each piece as span `span`.
+  Status Exact(std::span<std::byte> out, LandingSink* sink = nullptr, size_t span = 0);
   Status Fill();
 
   RedisStream stream_;
