@@ -510,6 +510,41 @@ def section_remote(build: Path, mode: Mode, place: Placement) -> Section:
                                       f"{min(worst):.2f}×", "≥ 0.8×")])
 
 
+def section_remote_seal(build: Path, mode: Mode, place: Placement) -> Section:
+    """The remote tier with block keys and over TLS against in the clear, same rounds."""
+    env = dict(os.environ, ROUNDS=str(max(3, mode.runs if mode.quick else 6)),
+               SLICE_MIB="32" if mode.quick else "128", SET_MIB="16" if mode.quick else "64",
+               SEAL="1", TLS="1")
+    out = run([str(REPO / "bench" / "remote_vs_redis.sh"), str(build)], env=env)
+    pat = re.compile(r"^(\S.*?)\s{2,}([\d.]+)\s+([\d.]+)\s+([\d.]+)x \[([\d.]+)-([\d.]+)\]\s+(-?[\d.]+)$")
+    legs = {"sealed": "with block keys (values sealed, AES-256-GCM) ÷ in the clear",
+            "tls": "over TLS ÷ plaintext (the same cluster's TLS ports)"}
+    rows = ["| leg | case | clear MB/s | encrypted MB/s | ÷ clear, median (worst round) | extra CPU per block | goal |",
+            "|---|---|---:|---:|---:|---:|---|"]
+    summary = []
+    for leg, what in legs.items():
+        part = out.split(f"\n{leg}: ", 1)
+        if len(part) != 2:
+            raise RuntimeError(f"remote_vs_redis.sh printed no {leg} table:\n" + out[-2000:])
+        worst = []
+        for line in part[1].split("\n\n", 1)[0].splitlines():
+            m = pat.match(line)
+            if not m:
+                continue
+            name, clear, enc, median, lo, _hi, cpu = m.groups()
+            worst.append(float(lo))
+            rows.append(f"| {leg} | {name.strip()} | {float(clear):,.0f} | {float(enc):,.0f} "
+                        f"| **{float(median):.2f}×** ({float(lo):.2f}×) | {float(cpu):.0f} µs "
+                        f"| ≥ 0.9× {'✓' if float(lo) >= 0.9 else '✗'} |")
+        if not worst:
+            raise RuntimeError(f"remote_vs_redis.sh printed no {leg} rows:\n" + out[-2000:])
+        summary.append((f"remote tier {what}, worst case (worst round)", f"{min(worst):.2f}×", "≥ 0.9×"))
+    table = "\n".join(rows) + (f"\n\n{env['ROUNDS']} rounds of {env['SLICE_MIB']} MiB per leg, the "
+                               "legs' order rotating; the Redis nodes run on this machine's cores, "
+                               "so their side of TLS competes with ours.")
+    return Section("remote_seal", table, summary)
+
+
 def section_replay(build: Path, mode: Mode, place: Placement) -> Section:
     """Eviction cost: refs/s of each policy replaying the same traces on one core."""
     kvtier = build / "cli" / "kvtier"
@@ -658,6 +693,7 @@ SECTIONS: dict[str, Callable[[Path, Mode, Placement], Section]] = {
     "ssd": section_ssd,
     "seal": section_seal,
     "remote": section_remote,
+    "remote_seal": section_remote_seal,
     "replay": section_replay,
     "fp8": section_fp8,
     "quantize": section_quantize,
