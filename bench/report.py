@@ -523,7 +523,7 @@ def section_remote_seal(build: Path, mode: Mode, place: Placement) -> Section:
             "|---|---|---:|---:|---:|---:|---|"]
     summary = []
     for leg, what in legs.items():
-        part = out.split(f"\n{leg}: ", 1)
+        part = out.rsplit(f"\n{leg}: ", 1)
         if len(part) != 2:
             raise RuntimeError(f"remote_vs_redis.sh printed no {leg} table:\n" + out[-2000:])
         worst = []
