@@ -14,6 +14,7 @@
 #include "support/redis_harness.h"
 #include "tiers/block_seal.h"
 #include "tiers/internal/remote_store.h"
+#include "tiers/remote_blocks.h"
 
 namespace kvtier::tiers::internal {
 namespace {
@@ -28,29 +29,9 @@ std::shared_ptr<BlockSealer> Sealer(const std::string& ring) {
 const std::string kKey1 = "1:" + std::string(64, 'a');
 const std::string kKey2 = "2:" + std::string(64, 'b');
 
-Layout SmallLayout() {
-  Layout l;
-  l.layers = 2;
-  l.kv_heads = 2;
-  l.head_dim = 16;
-  l.dtype = DType::kFloat16;
-  l.block_tokens = 4;  // 512-byte blocks
-  return l;
-}
-
 RemoteNamespace NsOf(const std::string& model, const std::string& salt) {
   const Layout l = SmallLayout();
   return {RemoteNamespaceId(model, salt, l), l, NamespaceFingerprint(model, salt, l.ToString())};
-}
-
-std::vector<std::byte> Payload(const BlockKey& key, size_t bytes) {
-  std::vector<std::byte> out(bytes);
-  uint64_t x = key.hi ^ key.lo;
-  for (size_t i = 0; i < bytes; ++i) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    out[i] = static_cast<std::byte>(x >> 56);
-  }
-  return out;
 }
 
 class RemoteSealTest : public ::testing::Test {

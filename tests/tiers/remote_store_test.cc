@@ -13,6 +13,7 @@
 #include "support/redis_harness.h"
 #include "tiers/internal/checksum.h"
 #include "tiers/internal/redis_cluster.h"
+#include "tiers/remote_blocks.h"
 
 namespace kvtier::tiers::internal {
 namespace {
@@ -29,26 +30,6 @@ RedisOptions OptionsFor(const RedisHarness& h) {
 }
 
 std::vector<std::byte> Secret(uint8_t fill) { return std::vector<std::byte>(32, std::byte{fill}); }
-
-Layout SmallLayout() {
-  Layout l;
-  l.layers = 2;
-  l.kv_heads = 2;
-  l.head_dim = 16;
-  l.dtype = DType::kFloat16;
-  l.block_tokens = 4;  // 512-byte blocks
-  return l;
-}
-
-std::vector<std::byte> Payload(const BlockKey& key, size_t bytes) {
-  std::vector<std::byte> out(bytes);
-  uint64_t x = key.hi ^ key.lo;
-  for (size_t i = 0; i < bytes; ++i) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    out[i] = static_cast<std::byte>(x >> 56);
-  }
-  return out;
-}
 
 std::vector<BlockKey> Chain(uint64_t seed, size_t n) {
   std::vector<BlockKey> keys;

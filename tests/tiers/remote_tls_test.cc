@@ -14,6 +14,7 @@
 #include "tiers/internal/cluster_slots.h"
 #include "tiers/internal/redis_cluster.h"
 #include "tiers/internal/remote_store.h"
+#include "tiers/remote_blocks.h"
 
 namespace kvtier::tiers::internal {
 namespace {
@@ -34,26 +35,6 @@ RedisOptions TlsOptions(const RedisHarness& h) {
   o.tls.cert_file = h.client_cert_file();
   o.tls.key_file = h.client_key_file();
   return o;
-}
-
-Layout SmallLayout() {
-  Layout l;
-  l.layers = 2;
-  l.kv_heads = 2;
-  l.head_dim = 16;
-  l.dtype = DType::kFloat16;
-  l.block_tokens = 64;  // 8 KiB blocks: several TLS records each
-  return l;
-}
-
-std::vector<std::byte> Payload(const BlockKey& key, size_t bytes) {
-  std::vector<std::byte> out(bytes);
-  uint64_t x = key.hi ^ key.lo;
-  for (size_t i = 0; i < bytes; ++i) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    out[i] = static_cast<std::byte>(x >> 56);
-  }
-  return out;
 }
 
 std::string Why(const Status& s) { return s.ToString(); }
@@ -90,7 +71,7 @@ TEST_F(RemoteTlsTest, BlocksMoveByteExactAndRedirectionsAreFollowedOverTls) {
   o.key_prefix = "tls";
   auto store = RemoteStore::Open(o, std::vector<std::byte>(32, std::byte{1}));
   ASSERT_TRUE(store.ok()) << Why(store.status());
-  const Layout l = SmallLayout();
+  const Layout l = SmallLayout(64);  // 8 KiB blocks: several TLS records each
   const RemoteNamespace ns{RemoteNamespaceId("m", "", l), l,
                            NamespaceFingerprint("m", "", l.ToString())};
   std::vector<BlockKey> keys;
