@@ -294,6 +294,11 @@ Status BlockSealer::Opener::Update(std::span<std::byte> part) {
   return Status::Ok();
 }
 
+Status BlockSealer::Opener::Finish(std::span<const std::byte, kSealTagBytes> tag) {
+  std::memcpy(state_->seal.tag.data(), tag.data(), kSealTagBytes);
+  return Finish();
+}
+
 Status BlockSealer::Opener::Finish() {
   Gcm& s = *state_;
   if (s.failed) return CorruptionError("block seal: an earlier part failed");
@@ -373,6 +378,12 @@ BlockSealer::Sealing::Sealing(std::unique_ptr<Gcm> state) : state_(std::move(sta
 BlockSealer::Sealing::Sealing(Sealing&&) noexcept = default;
 BlockSealer::Sealing& BlockSealer::Sealing::operator=(Sealing&&) noexcept = default;
 BlockSealer::Sealing::~Sealing() = default;
+
+Seal BlockSealer::Sealing::pending() const {
+  Seal seal = state_->seal;
+  seal.tag = {};
+  return seal;
+}
 
 Status BlockSealer::Sealing::Update(std::span<const std::byte> in, std::span<std::byte> out) {
   assert(in.size() == out.size());

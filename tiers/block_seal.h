@@ -163,6 +163,10 @@ class BlockSealer {
     Status Update(std::span<const std::byte> in, std::span<std::byte> out);
     // InvalidArgument when other than id.bytes went through Update.
     Result<Seal> Finish();
+    // The seal the block gets, known from the start but for its tag (zero
+    // here): for a format that writes the seal before the bytes and the tag
+    // after them.
+    Seal pending() const;
 
    private:
     friend class BlockSealer;
@@ -183,6 +187,9 @@ class BlockSealer {
     // Corruption when the bytes, the seal or the identity differ from what
     // was sealed (or fewer or more bytes than id.bytes came through Update).
     Status Finish();
+    // The same with the tag given now, where it trailed the bytes (the
+    // remote tier's values) rather than came with the seal.
+    Status Finish(std::span<const std::byte, kSealTagBytes> tag);
 
    private:
     friend class BlockSealer;

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
+#include <thread>
 
 #include "support/redis_harness.h"
 #include "tiers/block_seal.h"
@@ -102,15 +104,16 @@ TEST(RemoteSealValueTest, ASealedValueOpensOnlyAsItsBlockAndHoldsNoPlaintext) {
   const RemoteNamespace ns = NsOf("m", "");
   const BlockKey key{7, 9};
   const std::vector<std::byte> payload = Payload(key, ns.layout.BlockBytes());
-  std::vector<std::byte> header(kSealedRemoteHeaderBytes), body(payload.size());
-  ASSERT_TRUE(SealRemoteValue(*sealer, ns, key, 1000, payload, body, header).ok());
+  std::vector<std::byte> header(kSealedRemoteHeaderBytes), body(payload.size()),
+      tag(kSealedRemoteTrailerBytes);
+  ASSERT_TRUE(SealRemoteValue(*sealer, ns, key, 1000, payload, body, header, tag).ok());
   EXPECT_EQ(header[4], std::byte{kSealedRemoteFormatVersion});
   // No 16-byte run of the plaintext is left in the ciphertext.
   EXPECT_EQ(std::search(body.begin(), body.end(), payload.begin() + 64, payload.begin() + 80),
             body.end());
   RemoteFault fault = RemoteFault::kOther;
   std::vector<std::byte> opened = body;
-  ASSERT_TRUE(OpenRemoteValue(*sealer, header, ns, key, opened, 1000, 0, &fault).ok());
+  ASSERT_TRUE(OpenRemoteValue(*sealer, header, ns, key, opened, tag, 1000, 0, &fault).ok());
   EXPECT_EQ(fault, RemoteFault::kNone);
   EXPECT_EQ(opened, payload);
   // Another namespace (the same id field, another fingerprint: a forged
@@ -118,20 +121,27 @@ TEST(RemoteSealValueTest, ASealedValueOpensOnlyAsItsBlockAndHoldsNoPlaintext) {
   RemoteNamespace forged = ns;
   forged.fingerprint = NamespaceFingerprint("m", "tenant-b", ns.layout.ToString());
   opened = body;
-  EXPECT_EQ(OpenRemoteValue(*sealer, header, forged, key, opened, 1000, 0, &fault).code(),
+  EXPECT_EQ(OpenRemoteValue(*sealer, header, forged, key, opened, tag, 1000, 0, &fault).code(),
             StatusCode::kCorruption);
   EXPECT_EQ(fault, RemoteFault::kOther);
   opened = body;
   opened[3] ^= std::byte{1};
-  EXPECT_EQ(OpenRemoteValue(*sealer, header, ns, key, opened, 1000, 0, &fault).code(),
+  EXPECT_EQ(OpenRemoteValue(*sealer, header, ns, key, opened, tag, 1000, 0, &fault).code(),
+            StatusCode::kCorruption);
+  // The header's tag field is zero (the tag trails): anything else is
+  // refused, so no byte of a value goes unchecked.
+  std::vector<std::byte> marked = header;
+  marked[kSealedRemoteHeaderBytes - 1] ^= std::byte{1};
+  opened = body;
+  EXPECT_EQ(OpenRemoteValue(*sealer, marked, ns, key, opened, tag, 1000, 0, &fault).code(),
             StatusCode::kCorruption);
   // Stale: older than max_age, before any decryption.
   opened = body;
-  EXPECT_EQ(OpenRemoteValue(*sealer, header, ns, key, opened, 1000 + 61, 60, &fault).code(),
+  EXPECT_EQ(OpenRemoteValue(*sealer, header, ns, key, opened, tag, 1000 + 61, 60, &fault).code(),
             StatusCode::kCorruption);
   EXPECT_EQ(fault, RemoteFault::kStale);
   opened = body;
-  EXPECT_TRUE(OpenRemoteValue(*sealer, header, ns, key, opened, 1000 + 60, 60, &fault).ok());
+  EXPECT_TRUE(OpenRemoteValue(*sealer, header, ns, key, opened, tag, 1000 + 60, 60, &fault).ok());
 }
 
 TEST_F(RemoteSealTest, BlocksRoundTripSealedAndTheClusterHoldsNoPlaintext) {
@@ -148,7 +158,7 @@ TEST_F(RemoteSealTest, BlocksRoundTripSealedAndTheClusterHoldsNoPlaintext) {
   ASSERT_EQ(store->ReadLeading(ns, keys, outs), keys.size());
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(bufs[i], Payload(keys[i], bytes)) << i;
   const std::string raw = Get(store->KeyOf(ns.id, keys[0]));
-  ASSERT_EQ(raw.size(), kSealedRemoteHeaderBytes + bytes);
+  ASSERT_EQ(raw.size(), kSealedRemoteHeaderBytes + bytes + kSealedRemoteTrailerBytes);
   const std::vector<std::byte> plain = Payload(keys[0], bytes);
   const std::string_view needle(reinterpret_cast<const char*>(plain.data()) + 100, 16);
   EXPECT_EQ(raw.find(needle), std::string::npos);
@@ -193,8 +203,7 @@ TEST_F(RemoteSealTest, EveryValueThatIsNotItsBlockIsAMissCountedByCause) {
   Set(name(3), flipped);
   // 4. The right length, the tag changed.
   std::string tagged = Get(name(4));
-  tagged[kSealedRemoteHeaderBytes - 1] =
-      static_cast<char>(tagged[kSealedRemoteHeaderBytes - 1] ^ 1);
+  tagged.back() = static_cast<char>(tagged.back() ^ 1);  // the tag trails the ciphertext
   Set(name(4), tagged);
   // 5. Garbage.
   Set(name(5), "garbage");
@@ -232,6 +241,38 @@ TEST_F(RemoteSealTest, EveryValueThatIsNotItsBlockIsAMissCountedByCause) {
   // keys[9], rewritten fresh, is served by a node whose clock is the same.
   ASSERT_TRUE(store->Write(ns, keys[9], Payload(keys[9], bytes)).ok());
   EXPECT_TRUE(Serves(*store, ns, keys[9]));
+}
+
+// Blocks of several parts (each sealed just before it is sent) written
+// while slots move: a redirected SET is sent again, whole, and every block
+// reads back byte-exact.
+TEST_F(RemoteSealTest, BlocksSealedAsTheyAreSentSurviveRedirections) {
+  auto store = Open(Sealer(kKey1));
+  ASSERT_NE(store, nullptr);
+  const Layout l = SmallLayout(1024);  // 128 KiB blocks: two parts each
+  const RemoteNamespace ns{RemoteNamespaceId("m", "", l), l,
+                           NamespaceFingerprint("m", "", l.ToString())};
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < 120; ++i) keys.push_back({500 + i, i * 13});
+  std::atomic<bool> done{false};
+  std::atomic<size_t> failed{0};
+  std::thread writer([&] {
+    while (!done.load()) {
+      for (const BlockKey& k : keys) {
+        if (!store->Write(ns, k, Payload(k, l.BlockBytes())).ok()) ++failed;
+      }
+    }
+  });
+  const bool moved = shared_->Reshard(1, 2, 300);
+  done.store(true);
+  writer.join();
+  ASSERT_TRUE(moved);
+  EXPECT_EQ(failed.load(), 0u);
+  for (const BlockKey& k : keys) ASSERT_TRUE(store->Write(ns, k, Payload(k, l.BlockBytes())).ok());
+  size_t served = 0;
+  for (const BlockKey& k : keys) served += Serves(*store, ns, k) ? 1u : 0u;
+  EXPECT_EQ(served, keys.size());
+  EXPECT_EQ(store->stats().corrupt, 0u);
 }
 
 TEST_F(RemoteSealTest, RotationOpensOldValuesAndARotatedOutKeyIsAMiss) {

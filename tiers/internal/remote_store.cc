@@ -167,15 +167,28 @@ Status CheckRemoteValue(std::span<const std::byte> header, const RemoteNamespace
   return Status::Ok();
 }
 
+namespace {
+
+// A sealed value's header: the seal with its tag left zero (the tag trails).
+void EncodeSealedHeader(const RemoteNamespace& ns, const BlockKey& key, uint64_t payload_bytes,
+                        uint64_t written, tiers::Seal seal, std::span<std::byte> header) {
+  EncodeHeader(ns, key, payload_bytes, written, header.data(), /*sealed=*/true);
+  seal.tag = {};
+  const auto encoded = tiers::EncodeSeal(seal);
+  std::memcpy(header.data() + kRemoteHeaderBytes, encoded.data(), encoded.size());
+}
+
+}  // namespace
+
 Status SealRemoteValue(BlockSealer& sealer, const RemoteNamespace& ns, const BlockKey& key,
                        uint64_t written, std::span<const std::byte> payload,
-                       std::span<std::byte> ciphertext, std::span<std::byte> header) {
+                       std::span<std::byte> ciphertext, std::span<std::byte> header,
+                       std::span<std::byte> trailer) {
   KVTIER_ASSIGN_OR_RETURN(
       const tiers::Seal seal,
       sealer.SealBlock(RemoteIdentity(ns, key, payload.size(), written), payload, ciphertext));
-  EncodeHeader(ns, key, payload.size(), written, header.data(), /*sealed=*/true);
-  const auto encoded = tiers::EncodeSeal(seal);
-  std::memcpy(header.data() + kRemoteHeaderBytes, encoded.data(), encoded.size());
+  EncodeSealedHeader(ns, key, payload.size(), written, seal, header);
+  std::memcpy(trailer.data(), seal.tag.data(), kSealedRemoteTrailerBytes);
   return Status::Ok();
 }
 
@@ -198,6 +211,9 @@ Result<BlockSealer::Opener> StartOpenRemoteValue(BlockSealer& sealer,
   const uint64_t written = Get64(h + 64);
   KVTIER_ASSIGN_OR_RETURN(const tiers::Seal seal,
                           tiers::DecodeSeal(header.subspan(kRemoteHeaderBytes, kSealBytes)));
+  if (seal.tag != decltype(seal.tag){}) {
+    return CorruptionError("remote value: a tag in its header (the tag trails the payload)");
+  }
   if (sealer.keys().Find(seal.key_id) == nullptr) {
     *fault = RemoteFault::kSealing;
     return CorruptionError("remote value: sealed under key " + std::to_string(seal.key_id) +
@@ -217,12 +233,17 @@ Result<BlockSealer::Opener> StartOpenRemoteValue(BlockSealer& sealer,
 
 Status OpenRemoteValue(BlockSealer& sealer, std::span<const std::byte> header,
                        const RemoteNamespace& ns, const BlockKey& key, std::span<std::byte> payload,
-                       uint64_t now_s, uint64_t max_age_s, RemoteFault* fault) {
+                       std::span<const std::byte> trailer, uint64_t now_s, uint64_t max_age_s,
+                       RemoteFault* fault) {
+  if (trailer.size() != kSealedRemoteTrailerBytes) {
+    *fault = RemoteFault::kOther;
+    return CorruptionError("remote value: its tag is cut short");
+  }
   KVTIER_ASSIGN_OR_RETURN(
       BlockSealer::Opener opener,
       StartOpenRemoteValue(sealer, header, ns, key, payload.size(), now_s, max_age_s, fault));
   KVTIER_RETURN_IF_ERROR(opener.Update(payload));
-  KVTIER_RETURN_IF_ERROR(opener.Finish());
+  KVTIER_RETURN_IF_ERROR(opener.Finish(trailer.first<kSealedRemoteTrailerBytes>()));
   *fault = RemoteFault::kNone;
   return Status::Ok();
 }
@@ -243,13 +264,15 @@ namespace {
 // Opens a sealed value as it lands (RedisCommand::sink): once the header is
 // in, its seal starts an opener, and each part of the payload is decrypted
 // in place while the next is still on the wire, so that most of the
-// decryption hides behind the transfer.
+// decryption hides behind the transfer; the trailing tag finishes it.
 class OpenAsLanded final : public LandingSink {
  public:
-  OpenAsLanded(BlockSealer* sealer, std::span<const std::byte> header, const RemoteNamespace* ns,
-               const BlockKey* key, uint64_t payload_bytes, uint64_t now_s, uint64_t max_age_s)
+  OpenAsLanded(BlockSealer* sealer, std::span<const std::byte> header,
+               std::span<const std::byte> trailer, const RemoteNamespace* ns, const BlockKey* key,
+               uint64_t payload_bytes, uint64_t now_s, uint64_t max_age_s)
       : sealer_(sealer),
         header_(header),
+        trailer_(trailer),
         ns_(ns),
         key_(key),
         payload_bytes_(payload_bytes),
@@ -270,6 +293,7 @@ class OpenAsLanded final : public LandingSink {
       opener_.emplace(std::move(opener).value());
       return;
     }
+    if (span == 2) return;  // the tag, used once it is whole (Finish)
     if (!opener_) {
       status_ = CorruptionError("remote value: payload before its header");
       return;
@@ -282,14 +306,14 @@ class OpenAsLanded final : public LandingSink {
     *fault = fault_;
     if (!status_.ok()) return status_;
     if (!opener_) return CorruptionError("remote value: its header never came");
-    KVTIER_RETURN_IF_ERROR(opener_->Finish());
+    KVTIER_RETURN_IF_ERROR(opener_->Finish(trailer_.first<kSealedRemoteTrailerBytes>()));
     *fault = RemoteFault::kNone;
     return Status::Ok();
   }
 
  private:
   BlockSealer* sealer_;
-  std::span<const std::byte> header_;
+  std::span<const std::byte> header_, trailer_;
   const RemoteNamespace* ns_;
   const BlockKey* key_;
   uint64_t payload_bytes_, now_s_, max_age_s_;
@@ -297,6 +321,38 @@ class OpenAsLanded final : public LandingSink {
   RemoteFault fault_ = RemoteFault::kOther;
   Status status_;
   std::optional<BlockSealer::Opener> opener_;
+};
+
+// Seals a value as it is sent (RedisCommand::fill): each part of the
+// payload is encrypted just before it goes, while the earlier parts
+// travel; the last part's Fill writes the tag into the trailer, which is
+// sent after it.
+class SealAsSent final : public TailFiller {
+ public:
+  SealAsSent(BlockSealer::Sealing sealing, std::span<const std::byte> payload,
+             std::span<std::byte> ciphertext, std::span<std::byte> trailer)
+      : sealing_(std::move(sealing)), payload_(payload), out_(ciphertext), trailer_(trailer) {}
+
+  Status Fill(size_t offset, size_t len) override {
+    // A redirected command is sent again: its bytes are whole already.
+    if (done_) return Status::Ok();
+    if (offset != next_) return InternalError("remote value: sealed out of order");
+    next_ = offset + len;
+    KVTIER_RETURN_IF_ERROR(
+        sealing_.Update(payload_.subspan(offset, len), out_.subspan(offset, len)));
+    if (offset + len < payload_.size()) return Status::Ok();
+    KVTIER_ASSIGN_OR_RETURN(const tiers::Seal seal, sealing_.Finish());
+    std::memcpy(trailer_.data(), seal.tag.data(), kSealedRemoteTrailerBytes);
+    done_ = true;
+    return Status::Ok();
+  }
+
+ private:
+  BlockSealer::Sealing sealing_;
+  std::span<const std::byte> payload_;
+  std::span<std::byte> out_, trailer_;
+  size_t next_ = 0;
+  bool done_ = false;
 };
 
 }  // namespace
@@ -366,34 +422,24 @@ RemoteStore::RemoteStore(const RemoteStoreOptions& options, std::unique_ptr<Redi
       }()),
       cluster_(std::move(cluster)) {}
 
-Status RemoteStore::CheckValue(std::span<const std::byte> header, std::string_view whole,
-                               const RemoteNamespace& ns, const BlockKey& key,
-                               std::span<std::byte> payload, RemoteFault* fault) {
+Status RemoteStore::Unlanded(std::string_view whole, uint64_t payload_bytes,
+                             RemoteFault* fault) const {
+  // A value of another size than this node's form of the block: the other
+  // form (sealed or clear) says so; anything else is garbage or another
+  // layout's.
   *fault = RemoteFault::kOther;
-  if (!whole.empty() || header.empty()) {
-    // Not landed: a value of another size than this node's form of the
-    // block. The other form (sealed or clear) says so; anything else is
-    // garbage or another layout's.
-    const size_t other = opt_.sealer ? kRemoteHeaderBytes : kSealedRemoteHeaderBytes;
-    if (whole.size() == other + payload.size() && whole.size() >= 8 &&
-        Get32(whole.data()) == kMagic &&
-        VersionOf(whole.data()) ==
-            (opt_.sealer ? kRemoteFormatVersion : kSealedRemoteFormatVersion)) {
-      *fault = RemoteFault::kSealing;
-      return CorruptionError(
-          opt_.sealer ? "remote value: in the clear (written by a node without block keys)"
-                      : "remote value: sealed, and this node has no block keys");
-    }
-    return CorruptionError("remote value of " + std::to_string(whole.size()) + " bytes, expected " +
-                           std::to_string(header_bytes() + payload.size()));
+  const size_t other =
+      opt_.sealer ? kRemoteHeaderBytes : kSealedRemoteHeaderBytes + kSealedRemoteTrailerBytes;
+  if (whole.size() == other + payload_bytes && whole.size() >= 8 && Get32(whole.data()) == kMagic &&
+      VersionOf(whole.data()) ==
+          (opt_.sealer ? kRemoteFormatVersion : kSealedRemoteFormatVersion)) {
+    *fault = RemoteFault::kSealing;
+    return CorruptionError(opt_.sealer
+                               ? "remote value: in the clear (written by a node without block keys)"
+                               : "remote value: sealed, and this node has no block keys");
   }
-  if (opt_.sealer) {
-    return OpenRemoteValue(*opt_.sealer, header, ns, key, payload, opt_.unix_seconds(),
-                           opt_.max_age_s, fault);
-  }
-  Status s = CheckRemoteValue(header, ns, key, payload);
-  if (s.ok()) *fault = RemoteFault::kNone;
-  return s;
+  return CorruptionError("remote value of " + std::to_string(whole.size()) + " bytes, expected " +
+                         std::to_string(header_bytes() + payload_bytes + trailer_bytes()));
 }
 
 RemoteStore::~RemoteStore() = default;
@@ -526,7 +572,8 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
     // header into `headers`, the payload into its `outs` slot (no copy),
     // then checked there as its reply arrives, while it is still in cache.
     std::vector<std::array<std::byte, kSealedRemoteHeaderBytes>> headers(n);
-    std::vector<std::array<std::span<std::byte>, 2>> into(n);
+    std::vector<std::array<std::byte, kSealedRemoteTrailerBytes>> trailers(n);
+    std::vector<std::array<std::span<std::byte>, 3>> into(n);
     names.reserve(n);
     cmds.reserve(n);
     // Sealed, each value is opened as it lands (OpenAsLanded).
@@ -535,11 +582,12 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
     const uint64_t now_s = opt_.sealer ? opt_.unix_seconds() : 0;
     for (size_t i = 0; i < n; ++i) {
       names.push_back(KeyOf(ns.id, keys[done + i]));
-      into[i] = {std::span(headers[i]).first(header_bytes()), outs[done + i]};
+      into[i] = {std::span(headers[i]).first(header_bytes()), outs[done + i],
+                 std::span(trailers[i]).first(trailer_bytes())};
       RedisCommand get{{"GET", names.back()}, 1};
-      get.reply_into = into[i];
+      get.reply_into = std::span(into[i]).first(opt_.sealer ? 3 : 2);
       if (opt_.sealer) {
-        openers.emplace_back(opt_.sealer.get(), into[i][0], &ns, &keys[done + i],
+        openers.emplace_back(opt_.sealer.get(), into[i][0], into[i][2], &ns, &keys[done + i],
                              outs[done + i].size(), now_s, opt_.max_age_s);
         get.sink = &openers.back();
       }
@@ -557,11 +605,10 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
       } else if (r->type() != RedisReply::Type::kString) {
         kind[i] = 3;
         outcome[i] = UnavailableError("remote GET: " + std::string(r->str()));
-      } else if (Status s =
-                     r->landed() && opt_.sealer ? openers[i].Finish(&fault[i])
-                     : r->landed()
-                         ? CheckValue(into[i][0], {}, ns, keys[done + i], outs[done + i], &fault[i])
-                         : CheckValue({}, r->str(), ns, keys[done + i], outs[done + i], &fault[i]);
+      } else if (Status s = !r->landed() ? Unlanded(r->str(), outs[done + i].size(), &fault[i])
+                            : opt_.sealer
+                                ? openers[i].Finish(&fault[i])
+                                : CheckRemoteValue(into[i][0], ns, keys[done + i], outs[done + i]);
                  !s.ok()) {
         kind[i] = 2;
         outcome[i] = std::move(s);
@@ -608,21 +655,28 @@ size_t RemoteStore::ReadLeading(const RemoteNamespace& ns, std::span<const Block
 Status RemoteStore::Write(const RemoteNamespace& ns, const BlockKey& key,
                           std::span<const std::byte> payload) {
   if (Paused()) return UnavailableError("remote tier paused");
+  if (payload.empty()) return InvalidArgumentError("remote tier: an empty block");
   // The header is the last argument and the payload goes on from where it
   // lies: nothing is copied on the way to the socket.
-  // Sealed, the ciphertext goes from a buffer of the calling thread's.
+  // Sealed, the ciphertext goes from a buffer of the calling thread's, each
+  // part sealed just before it is sent (SealAsSent), the tag after it.
   std::array<std::byte, kSealedRemoteHeaderBytes> header;
+  std::array<std::byte, kSealedRemoteTrailerBytes> trailer{};
   std::span<const std::byte> body = payload;
+  std::optional<SealAsSent> sealing;
   if (opt_.sealer) {
     thread_local std::vector<std::byte> ciphertext;
     ciphertext.resize(payload.size());
-    if (Status s = SealRemoteValue(*opt_.sealer, ns, key, opt_.unix_seconds(), payload, ciphertext,
-                                   header);
-        !s.ok()) {
+    const uint64_t written = opt_.unix_seconds();
+    Result<BlockSealer::Sealing> started =
+        opt_.sealer->StartSeal(RemoteIdentity(ns, key, payload.size(), written));
+    if (!started) {
       std::lock_guard lock(mu_);
       ++stats_.write_failures;
-      return s;
+      return started.status();
     }
+    EncodeSealedHeader(ns, key, payload.size(), written, started->pending(), header);
+    sealing.emplace(std::move(started).value(), payload, std::span(ciphertext), std::span(trailer));
     body = ciphertext;
   } else {
     EncodeRemoteHeader(ns, key, payload, std::span(header).first(kRemoteHeaderBytes));
@@ -639,6 +693,11 @@ Status RemoteStore::Write(const RemoteNamespace& ns, const BlockKey& key,
                 std::string_view(reinterpret_cast<const char*>(header.data()), header_bytes())};
   }
   set.last_arg_tail = std::string_view(reinterpret_cast<const char*>(body.data()), body.size());
+  if (sealing) {
+    set.fill = &*sealing;
+    set.last_arg_trailer =
+        std::string_view(reinterpret_cast<const char*>(trailer.data()), trailer.size());
+  }
   auto replies = cluster_->Run(std::span(&set, 1));
   Status status;
   if (!replies[0]) {

@@ -62,9 +62,12 @@ using tiers::RemoteStats;
 // The value's header, before the payload: 72 bytes, little-endian.
 inline constexpr size_t kRemoteHeaderBytes = 72;
 inline constexpr uint16_t kRemoteFormatVersion = 1;
-// A sealed value's header: the same fields, the write time (u64 seconds
-// since the epoch) where the checksum was, then the seal (EncodeSeal).
+// A sealed value: a header of the same fields, the write time (u64 seconds
+// since the epoch) where the checksum was, then the seal (EncodeSeal) with
+// its tag zero; the ciphertext; the tag (16 bytes) last, so that a value is
+// sent as it is sealed, part by part.
 inline constexpr size_t kSealedRemoteHeaderBytes = kRemoteHeaderBytes + kSealBytes;
+inline constexpr size_t kSealedRemoteTrailerBytes = kSealTagBytes;
 inline constexpr uint16_t kSealedRemoteFormatVersion = 2;
 
 // Why a value read back is not the block (RemoteStats' corrupt_* fields).
@@ -95,18 +98,21 @@ Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, cons
                          std::span<std::byte> out);
 
 // Sealed values. SealRemoteValue encrypts `payload` into `ciphertext` (its
-// size) and writes the header (kSealedRemoteHeaderBytes), `written` being
-// the time to record (seconds since the epoch, non-zero).
+// size) and writes the header (kSealedRemoteHeaderBytes) and the trailer
+// (the tag, kSealedRemoteTrailerBytes), `written` being the time to record
+// (seconds since the epoch, non-zero).
 Status SealRemoteValue(BlockSealer& sealer, const RemoteNamespace& ns, const BlockKey& key,
                        uint64_t written, std::span<const std::byte> payload,
-                       std::span<std::byte> ciphertext, std::span<std::byte> header);
-// Opens a sealed value read as `header` and `payload` (decrypted in place):
+                       std::span<std::byte> ciphertext, std::span<std::byte> header,
+                       std::span<std::byte> trailer);
+// Opens a sealed value read as `header`, `payload` (decrypted in place) and
+// `trailer`:
 // Corruption, saying why and setting `fault`, unless it is exactly the block
 // asked for, sealed under a key of the ring, and (max_age_s > 0) written at
 // most max_age_s before `now_s`. On failure `payload` holds no block.
 // The first half of OpenRemoteValue, for a payload still on its way: the
 // header checked and an opener started, to which the payload's parts go in
-// order (Update), then Finish.
+// order (Update), then Finish with the trailer's tag.
 Result<BlockSealer::Opener> StartOpenRemoteValue(BlockSealer& sealer,
                                                  std::span<const std::byte> header,
                                                  const RemoteNamespace& ns, const BlockKey& key,
@@ -114,7 +120,8 @@ Result<BlockSealer::Opener> StartOpenRemoteValue(BlockSealer& sealer,
                                                  uint64_t max_age_s, RemoteFault* fault);
 Status OpenRemoteValue(BlockSealer& sealer, std::span<const std::byte> header,
                        const RemoteNamespace& ns, const BlockKey& key, std::span<std::byte> payload,
-                       uint64_t now_s, uint64_t max_age_s, RemoteFault* fault);
+                       std::span<const std::byte> trailer, uint64_t now_s, uint64_t max_age_s,
+                       RemoteFault* fault);
 
 struct RemoteStoreOptions {
   RedisOptions redis;
@@ -200,15 +207,14 @@ class RemoteStore final : public RemoteTier {
   std::unique_ptr<RedisCluster> cluster_;
   std::atomic<TimeNs> paused_until_{0};
   std::atomic<bool> pause_noted_{false};
-  // The header bytes of the values this node writes and expects.
+  // The header and trailer bytes of the values this node writes and expects.
   size_t header_bytes() const {
     return opt_.sealer ? kSealedRemoteHeaderBytes : kRemoteHeaderBytes;
   }
-  // Checks (clear) or opens (sealed) the value of `key` read as `header`
-  // and `payload`, or in one piece (`whole`, not landed).
-  Status CheckValue(std::span<const std::byte> header, std::string_view whole,
-                    const RemoteNamespace& ns, const BlockKey& key, std::span<std::byte> payload,
-                    RemoteFault* fault);
+  size_t trailer_bytes() const { return opt_.sealer ? kSealedRemoteTrailerBytes : 0; }
+  // Why a value read in one piece (`whole`: not of this node's size for a
+  // block of `payload_bytes`) is not the block: Corruption, `fault` set.
+  Status Unlanded(std::string_view whole, uint64_t payload_bytes, RemoteFault* fault) const;
 
   std::atomic<int64_t> last_pause_note_{INT64_MIN};
   // One per RemoteFault but kNone.

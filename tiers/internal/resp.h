@@ -90,6 +90,16 @@ class LandingSink {
   virtual void Part(size_t span, std::span<std::byte> bytes) = 0;
 };
 
+// Fills a command's tail just before its bytes are sent (RedisCommand::
+// fill): Fill(offset, len) is called for each part of the tail in order, so
+// a caller can make each part (encrypt it) while the earlier ones travel.
+// A failure stops the write (the connection is then unusable).
+class TailFiller {
+ public:
+  virtual ~TailFiller() = default;
+  virtual Status Fill(size_t offset, size_t len) = 0;
+};
+
 // One command: its arguments, viewed (they must outlive the call), and
 // which of them is the key that routes it (index 1 for GET/SET/EXISTS/DEL).
 struct RedisCommand {
@@ -98,6 +108,11 @@ struct RedisCommand {
   // Bytes the last argument goes on with, sent from here: SET's value as a
   // header (the last of `args`) and a payload (this).
   std::string_view last_arg_tail = {};
+  // Fills `last_arg_tail` part by part as it is sent; null: it is whole.
+  TailFiller* fill = nullptr;
+  // Bytes the last argument ends with, after the tail, sent from here and
+  // read only once the tail is filled (a sealed value's tag).
+  std::string_view last_arg_trailer = {};
   // Where a bulk-string reply of exactly their total size goes, in order
   // (a value's header, then its payload): read there from the socket, the
   // reply then landed(). A string of any other size is an ordinary reply.
