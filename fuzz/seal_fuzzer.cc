@@ -1,7 +1,9 @@
 // Fuzzes the block seal's parsers (tiers/block_seal.h): the envelope kept
 // beside each sealed block (DecodeSeal) and the key ring's text (KeyRing::
 // Parse), and opens the input as a sealed block. The input is a seal of
-// kSealBytes followed by the block's bytes, and is also read whole as key text.
+// kSealBytes followed by the block's bytes, and is also read whole as key
+// text, and as a remote tier's value (tiers/internal/remote_store.h), sealed
+// (header, payload, trailing tag) and in the clear (header, payload).
 //
 // Beyond "no crash, no sanitizer report": a seal that decodes encodes back
 // to the same bytes, and no input ever opens under the target's own key
@@ -14,6 +16,7 @@
 
 #include "fuzz_util.h"
 #include "tiers/block_seal.h"
+#include "tiers/internal/remote_store.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -34,6 +37,32 @@ void FuzzSeal(const uint8_t* data, size_t size) {
   Result<KeyRing> ring =
       KeyRing::Parse(std::string_view(reinterpret_cast<const char*>(data), size));
   if (ring.ok()) KVTIER_FUZZ_CHECK(ring->Find(ring->current_id()) != nullptr);
+
+  // As a remote value of a block of whatever size is left.
+  RemoteNamespace ns;
+  ns.layout = Layout{1, 1, 8, DType::kFloat16, 1};
+  ns.id = RemoteNamespaceId("fuzz", "", ns.layout);
+  ns.fingerprint = NamespaceFingerprint("fuzz", "", ns.layout.ToString());
+  const prefix_index::BlockKey key{1, 2};
+  using internal::kSealedRemoteHeaderBytes;
+  using internal::kSealedRemoteTrailerBytes;
+  if (size >= kSealedRemoteHeaderBytes + kSealedRemoteTrailerBytes) {
+    std::vector<std::byte> payload(bytes + kSealedRemoteHeaderBytes,
+                                   bytes + size - kSealedRemoteTrailerBytes);
+    internal::RemoteFault fault = internal::RemoteFault::kNone;
+    const Status opened = internal::OpenRemoteValue(
+        Sealer(), std::span(bytes, kSealedRemoteHeaderBytes), ns, key, payload,
+        std::span(bytes + size - kSealedRemoteTrailerBytes, kSealedRemoteTrailerBytes), 1000, 60,
+        &fault);
+    KVTIER_FUZZ_CHECK(!opened.ok() && fault != internal::RemoteFault::kNone);
+  }
+  if (size >= internal::kRemoteHeaderBytes) {
+    std::vector<std::byte> out(size - internal::kRemoteHeaderBytes);
+    internal::DecodeRemoteValue(std::string_view(reinterpret_cast<const char*>(data), size), ns,
+                                key,
+                                out)
+        .IgnoreError();  // a clear value is not authenticated: only no crash
+  }
 
   Result<Seal> seal = DecodeSeal(std::span(bytes, std::min(size, kSealBytes)));
   if (!seal.ok()) return;

@@ -255,7 +255,7 @@ Status DecodeRemoteValue(std::string_view value, const RemoteNamespace& ns, cons
                            std::to_string(kRemoteHeaderBytes + out.size()));
   }
   const auto bytes = std::as_bytes(std::span(value));
-  std::memcpy(out.data(), bytes.data() + kRemoteHeaderBytes, out.size());
+  if (!out.empty()) std::memcpy(out.data(), bytes.data() + kRemoteHeaderBytes, out.size());
   return CheckRemoteValue(bytes.first(kRemoteHeaderBytes), ns, key, out);
 }
 
