@@ -10,6 +10,7 @@
 #include <cctype>
 #include <future>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -162,6 +163,15 @@ class Families {
       }
       m.histogram.bucket.push_back({op.requests, std::numeric_limits<double>::infinity()});
       f.metric.push_back(std::move(m));
+    }
+  }
+
+  // One sample per (label value, number) pair, given as a map.
+  void ByLabel(const char* name, MetricType type, const char* help, const char* label,
+               const std::map<uint32_t, uint64_t>& values) {
+    MetricFamily& f = Add(name, type, help);
+    for (const auto& [value, n] : values) {
+      f.metric.push_back(Sample(type, static_cast<double>(n), {{label, std::to_string(value)}}));
     }
   }
 
@@ -334,6 +344,11 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
            "Blocks read back from the SSD that failed their check (checksum or seal): dropped, "
            "never served",
            static_cast<double>(e.checksum_failures));
+  f.ByLabel("kvtier_ssd_sealed_blocks", kGauge,
+            "Blocks on the SSD by the block key that sealed them (with block keys): after a "
+            "rotation, those under the old key drain as they are evicted or rewritten; remove the "
+            "old key once it has none",
+            "key", e.ssd_sealed_by_key);
   f.Scalar("kvtier_io_errors_total", kCounter, "Failed reads and writes of the SSD tier",
            static_cast<double>(e.io_errors));
   f.Scalar("kvtier_ssd_paused", kGauge, "1 while demotions to the SSD are paused after an error",
@@ -552,6 +567,9 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
   add("orphan_drops", st.orphan_drops);
   add("removed_blocks", st.removed_blocks);
   add("checksum_failures", st.checksum_failures);
+  for (const auto& [key_id, n] : st.ssd_sealed_by_key) {
+    add("tier.ssd.sealed_blocks.key_" + std::to_string(key_id), n);
+  }
   add("io_errors", st.io_errors);
   add("stale_records", st.stale_records);
   add("quantized_blocks", st.quantized_blocks);

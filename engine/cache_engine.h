@@ -29,6 +29,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -184,6 +185,8 @@ struct EngineStats {
   uint64_t shadow_blocks = 0;          // write-through copies on the ssd of blocks in memory
   uint64_t write_through_skipped = 0;  // committed blocks not written through (full, paused)
   uint64_t ssd_budget_refused = 0;     // blocks not written to the ssd: its write budget spent
+  // With block keys: the ssd tier's blocks by the key that sealed them.
+  std::map<uint32_t, uint64_t> ssd_sealed_by_key;
   // Hints (CacheEngine::Hint).
   uint64_t hinted_blocks = 0;    // blocks a hint began to protect
   uint64_t hints_used = 0;       // hinted blocks acquired while protected

@@ -35,6 +35,9 @@ EngineStats CacheEngine::Stats() const {
   s.shadow_blocks = shadows_;
   s.ssd_paused = clock_.Now() < ssd_paused_until_;
   s.hinted_now = hints_.size();
+  if (const Tier* ssd = tier(TierKind::kSsd); ssd != nullptr) {
+    s.ssd_sealed_by_key = ssd->SealedBlocksByKey();
+  }
   s.remote_present = remote_ != nullptr;
   if (remote_ != nullptr) {
     s.remote_description = remote_->description();

@@ -142,6 +142,9 @@ class SsdTier final : public Tier {
 
   std::span<const std::byte> persistent_secret() const override { return store_->master_secret(); }
   Status Sync() override { return store_->Sync(); }
+  std::map<uint32_t, uint64_t> SealedBlocksByKey() const override {
+    return store_->SealedBlocksByKey();
+  }
 
  private:
   static SsdRecord Record(SlotId slot, uint64_t block_bytes, const BlockInfo& info) {

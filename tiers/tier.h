@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -152,6 +153,9 @@ class Tier {
   virtual std::span<const std::byte> persistent_secret() const { return {}; }
   // Flushes everything written so far to stable storage (clean shutdown).
   virtual Status Sync() { return Status::Ok(); }
+  // Tiers that seal blocks (the SSD tier with block keys): how many blocks
+  // are on record under each key id, now. Empty otherwise.
+  virtual std::map<uint32_t, uint64_t> SealedBlocksByKey() const { return {}; }
 
   // Persistent tiers: a stable id for the namespace (model, salt, layout)
   // across restarts. Others: 0.

@@ -72,6 +72,7 @@ TEST_F(SealedSsdTest, SealedOnDiskBackAfterRotationRefusedWithoutKeys) {
       << daemon_->Log();
   std::vector<std::vector<BlockKey>> chains;
   size_t block_bytes = 0;
+  uint64_t under_1 = 0;
   {
     auto c = Connect();
     ASSERT_NE(c, nullptr);
@@ -88,6 +89,13 @@ TEST_F(SealedSsdTest, SealedOnDiskBackAfterRotationRefusedWithoutKeys) {
     ASSERT_EQ(lease->size(), 8u);
     for (size_t b = 0; b < 8; ++b) EXPECT_TRUE(MatchesPattern(lease->Bytes(b), chains[0][b]));
     EXPECT_EQ(StatsOf(*c)["checksum_failures"], "0");
+    // Every block on the disk's record is under key 1 (records of freed
+    // blocks not yet overwritten included: a restart would bring them back).
+    auto stats = StatsOf(*c);
+    under_1 = std::stoull("0" + stats["tier.ssd.sealed_blocks.key_1"]);
+    EXPECT_GT(under_1, 0u);
+    EXPECT_GE(under_1, std::stoull(stats["tier.ssd.blocks"]));
+    EXPECT_EQ(stats.count("tier.ssd.sealed_blocks.key_2"), 0u);
   }
   ASSERT_EQ(daemon_->Stop(SIGTERM), 0) << daemon_->Log();
   // No block's bytes in the clear in the slot file.
@@ -126,6 +134,9 @@ TEST_F(SealedSsdTest, SealedOnDiskBackAfterRotationRefusedWithoutKeys) {
   {
     auto c = Connect();
     ASSERT_NE(c, nullptr);
+    // The count by key survives the restart (blocks promoted from the disk
+    // below leave it).
+    EXPECT_EQ(std::stoull("0" + StatsOf(*c)["tier.ssd.sealed_blocks.key_1"]), under_1);
     for (size_t i = 1; i < 4; ++i) {
       auto lease = c->Acquire(chains[i]);
       ASSERT_TRUE(lease.ok());
@@ -133,6 +144,13 @@ TEST_F(SealedSsdTest, SealedOnDiskBackAfterRotationRefusedWithoutKeys) {
       for (size_t b = 0; b < 8; ++b) EXPECT_TRUE(MatchesPattern(lease->Bytes(b), chains[i][b]));
     }
     EXPECT_EQ(StatsOf(*c)["checksum_failures"], "0");
+    // New demotions are under key 2, and the blocks under key 1 only drain (the operator removes
+    // key 1 once it has none).
+    for (uint32_t seed = 100; seed < 116; ++seed) PutPattern(*c, RandomPrompt(seed, 8));
+    Settle(*c);
+    auto stats = StatsOf(*c);
+    EXPECT_GT(std::stoull("0" + stats["tier.ssd.sealed_blocks.key_2"]), 0u);
+    EXPECT_LE(std::stoull("0" + stats["tier.ssd.sealed_blocks.key_1"]), under_1);
   }
   ASSERT_EQ(daemon_->Stop(SIGKILL) & 0x7f, SIGKILL);
 

@@ -503,7 +503,7 @@ Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::
       KVTIER_ASSIGN_OR_RETURN(const Seal seal, sealing.Finish());
       stored.seal = seal;
       stored.checksum = SealToken(seal);
-      KVTIER_RETURN_IF_ERROR(PutRecord(stored));
+      KVTIER_RETURN_IF_ERROR(ReplaceSealedRecord(stored.ns_id, stored.key, &stored));
       return stored;
     }
     stored.checksum = BlockChecksum(bytes.first(stored.block_bytes));
@@ -650,9 +650,44 @@ Status SsdStore::PutRecord(const SsdRecord& record) {
 
 Status SsdStore::Erase(NamespaceId ns_id, const BlockKey& key) {
   return Guarded("SSD erase", [&]() -> Status {
+    if (options_.sealer != nullptr) return ReplaceSealedRecord(ns_id, key, nullptr);
     return FromRocks(db_->Delete(rocksdb::WriteOptions(), RecordKey(ns_id, key)),
                      "erase record of block " + key.ToHex());
   });
+}
+
+Status SsdStore::ReplaceSealedRecord(NamespaceId ns, const BlockKey& key, const SsdRecord* record) {
+  const std::string name = RecordKey(ns, key);
+  std::lock_guard lock(record_mu_);
+  // The key id the record being replaced was sealed under (0: none).
+  uint32_t before = 0;
+  std::string value;
+  const rocksdb::Status got = db_->Get(rocksdb::ReadOptions(), name, &value);
+  if (got.ok()) {
+    SsdRecord old;
+    if (DecodeRecord(name, value, &old) && old.seal) before = old.seal->key_id;
+  } else if (!got.IsNotFound()) {
+    return FromRocks(got, "get record of block " + key.ToHex());
+  }
+  if (record != nullptr) {
+    KVTIER_RETURN_IF_ERROR(FromRocks(db_->Put(rocksdb::WriteOptions(), name, EncodeRecord(*record)),
+                                     "put record of block " + key.ToHex()));
+  } else {
+    KVTIER_RETURN_IF_ERROR(FromRocks(db_->Delete(rocksdb::WriteOptions(), name),
+                                     "erase record of block " + key.ToHex()));
+  }
+  const uint32_t after = record != nullptr && record->seal ? record->seal->key_id : 0;
+  std::lock_guard count(by_key_mu_);
+  if (auto it = sealed_by_key_.find(before); before != 0 && it != sealed_by_key_.end()) {
+    if (--it->second == 0) sealed_by_key_.erase(it);
+  }
+  if (after != 0) ++sealed_by_key_[after];
+  return Status::Ok();
+}
+
+std::map<uint32_t, uint64_t> SsdStore::SealedBlocksByKey() const {
+  std::lock_guard lock(by_key_mu_);
+  return sealed_by_key_;
 }
 
 Status SsdStore::Sync() {
@@ -706,6 +741,10 @@ Result<SsdScanSummary> SsdStore::ForEachRecord(
           FromRocks(db_->Delete(rocksdb::WriteOptions(), key), "erase an unusable record"));
     }
     if (options_.sealer != nullptr) {
+      {
+        std::lock_guard lock(by_key_mu_);
+        sealed_by_key_ = summary.sealed_by_key;
+      }
       std::string by_key;
       for (const auto& [id, n] : summary.sealed_by_key) {
         by_key +=

@@ -281,6 +281,10 @@ class SsdStore {
                                      const Layout& layout);
   Status ForEachNamespace(const std::function<Status(const SsdNamespace&)>& fn) const;
 
+  // With a sealer: the blocks on record under each key id, now (the last
+  // ForEachRecord's count, and every write and erase since). Empty without.
+  std::map<uint32_t, uint64_t> SealedBlocksByKey() const;
+
   // The directory's secret (for keyed hashing), stable across restarts.
   std::span<const std::byte, kSsdSecretBytes> master_secret() const { return secret_; }
   const std::string& dir() const { return options_.dir; }
@@ -295,6 +299,10 @@ class SsdStore {
   void PrepareRegions();
   Status CheckSlot(const SsdSlot& slot, uint64_t bytes) const;
   Status WritePayload(uint64_t offset, std::span<const std::byte> bytes);
+  // With a sealer: puts or deletes (`record` null) the record of (ns, key)
+  // and moves it in the count by key (SealedBlocksByKey) from the key its
+  // former record was sealed under, if any.
+  Status ReplaceSealedRecord(NamespaceId ns, const BlockKey& key, const SsdRecord* record);
   // The identity a seal binds the block of `record` to (its namespace must
   // be registered: Corruption otherwise).
   Result<SealIdentity> IdentityOf(const SsdRecord& record) const;
@@ -328,6 +336,11 @@ class SsdStore {
   std::vector<SsdNamespace> namespaces_;  // GUARDED_BY(ns_mu_), indexed by id
   // NamespaceFingerprint of each (a sealed block's identity).
   std::vector<std::array<std::byte, 32>> ns_fingerprints_;  // GUARDED_BY(ns_mu_)
+  // With a sealer: the blocks on record by sealing key id. record_mu_ makes
+  // a record's read, replacement and count one step.
+  std::mutex record_mu_;
+  mutable std::mutex by_key_mu_;
+  mutable std::map<uint32_t, uint64_t> sealed_by_key_;  // guarded by by_key_mu_
 };
 
 }  // namespace kvtier::tiers::internal
