@@ -52,6 +52,15 @@ class Figures {
     std::from_chars(v.data(), v.data() + v.size(), n);
     return n;
   }
+  // The entries whose names start with `prefix`, that prefix cut off.
+  std::vector<std::pair<std::string, std::string>> WithPrefix(const std::string& prefix) const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (auto it = map_.lower_bound(prefix); it != map_.end() && it->first.starts_with(prefix);
+         ++it) {
+      out.emplace_back(it->first.substr(prefix.size()), it->second);
+    }
+    return out;
+  }
   // A comma-separated list of numbers ("latency_bounds_us", buckets).
   std::vector<uint64_t> List(const std::string& name) const {
     std::vector<uint64_t> out;
@@ -207,8 +216,12 @@ void PrintRemoteAndEvents(const Figures& f) {
     t.Row(
         {"", Int(f.Num("tier.remote.hits")) + " blocks read, " +
                  Int(f.Num("tier.remote.read_misses")) + " missing, " +
-                 Int(f.Num("tier.remote.corrupt")) + " not the block (misses); " +
-                 Int(f.Num("tier.remote.written_blocks")) + " written (" +
+                 Int(f.Num("tier.remote.corrupt")) + " not the block (misses" +
+                 (f.Num("tier.remote.corrupt") != 0
+                      ? ": " + Int(f.Num("tier.remote.corrupt_sealing")) + " sealing, " +
+                            Int(f.Num("tier.remote.corrupt_stale")) + " stale"
+                      : std::string()) +
+                 "); " + Int(f.Num("tier.remote.written_blocks")) + " written (" +
                  FormatBytes(f.Num("tier.remote.bytes_written")) + "), " +
                  Int(f.Num("tier.remote.write_dropped")) + " not written; " +
                  Int(f.Num("tier.remote.errors")) + " errors, " + Int(f.Num("tier.remote.pauses")) +
@@ -252,6 +265,12 @@ void PrintTotals(const Figures& f) {
              (f.Num("ssd_budget_refused") != 0
                   ? " (" + Int(f.Num("ssd_budget_refused")) + " past the SSD's write budget)"
                   : std::string())});
+  // With block keys: the SSD's blocks by the key that sealed them.
+  std::string sealed;
+  for (const auto& [key, n] : f.WithPrefix("tier.ssd.sealed_blocks.key_")) {
+    sealed += (sealed.empty() ? "" : ", ") + n + " under key " + key;
+  }
+  if (!sealed.empty()) t.Row({"sealed", sealed + " (SSD)"});
   t.Row({"errors", Int(f.Num("checksum_failures")) + " checksum, " + Int(f.Num("io_errors")) +
                        " I/O, " + Int(f.Num("protocol_errors")) + " malformed frames, " +
                        Int(f.Num("request_errors")) + " failed requests" +

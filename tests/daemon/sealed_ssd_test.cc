@@ -14,6 +14,7 @@
 
 #include "client/client.h"
 #include "support/daemon_client.h"
+#include "support/process.h"
 
 namespace kvtier::testing {
 namespace {
@@ -149,8 +150,13 @@ TEST_F(SealedSsdTest, SealedOnDiskBackAfterRotationRefusedWithoutKeys) {
     for (uint32_t seed = 100; seed < 116; ++seed) PutPattern(*c, RandomPrompt(seed, 8));
     Settle(*c);
     auto stats = StatsOf(*c);
-    EXPECT_GT(std::stoull("0" + stats["tier.ssd.sealed_blocks.key_2"]), 0u);
+    const uint64_t under_2 = std::stoull("0" + stats["tier.ssd.sealed_blocks.key_2"]);
+    EXPECT_GT(under_2, 0u);
     EXPECT_LE(std::stoull("0" + stats["tier.ssd.sealed_blocks.key_1"]), under_1);
+    // `kvtier stats` says the same.
+    auto [code, out] = Shell(std::string(KVTIER_CLI_PATH) + " stats --socket " + daemon_->socket());
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_NE(out.find(std::to_string(under_2) + " under key 2"), std::string::npos) << out;
   }
   ASSERT_EQ(daemon_->Stop(SIGKILL) & 0x7f, SIGKILL);
 
