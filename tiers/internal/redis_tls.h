@@ -9,6 +9,10 @@
 // (or RemoteTls::server_name when set), so that redirections to other nodes
 // are checked as carefully as the seeds. TLS 1.2 at least.
 //
+// OpenSSL writes with write(2), not send(MSG_NOSIGNAL): a node that closes
+// its end under a write raises SIGPIPE, which the process must ignore (as
+// kvtierd does at start) to see it as the error it is.
+//
 // Thread-safety: a TlsClient is immutable once made; Connect may be called
 // from any thread.
 #pragma once
