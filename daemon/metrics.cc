@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include "daemon/config.h"
 
@@ -167,11 +168,18 @@ class Families {
   }
 
   // One sample per (label value, number) pair, given as a map.
+  template <typename Key>
   void ByLabel(const char* name, MetricType type, const char* help, const char* label,
-               const std::map<uint32_t, uint64_t>& values) {
+               const std::map<Key, uint64_t>& values) {
     MetricFamily& f = Add(name, type, help);
     for (const auto& [value, n] : values) {
-      f.metric.push_back(Sample(type, static_cast<double>(n), {{label, std::to_string(value)}}));
+      std::string text;
+      if constexpr (std::is_same_v<Key, std::string>) {
+        text = value;
+      } else {
+        text = std::to_string(value);
+      }
+      f.metric.push_back(Sample(type, static_cast<double>(n), {{label, text}}));
     }
   }
 
@@ -344,6 +352,12 @@ std::vector<MetricFamily> BuildFamilies(const DaemonSnapshot& s) {
            "Blocks read back from the SSD that failed their check (checksum or seal): dropped, "
            "never served",
            static_cast<double>(e.checksum_failures));
+  f.ByLabel("kvtier_ssd_rejected_blocks_total", kCounter,
+            "Blocks read back from the SSD and refused (the checksum failures), by cause: record "
+            "(with block keys: not the record written, i.e. replaced or replayed, missing, or in "
+            "the clear), seal (does not open: changed bytes, another block's, a wrong key), "
+            "checksum (without block keys: the bytes changed)",
+            "cause", e.ssd_rejected_by_cause);
   f.ByLabel("kvtier_ssd_sealed_blocks", kGauge,
             "Blocks on the SSD by the block key that sealed them (with block keys): after a "
             "rotation, those under the old key drain as they are evicted or rewritten; remove the "
@@ -567,6 +581,7 @@ std::vector<std::pair<std::string, std::string>> StatsEntries(const DaemonSnapsh
   add("orphan_drops", st.orphan_drops);
   add("removed_blocks", st.removed_blocks);
   add("checksum_failures", st.checksum_failures);
+  for (const auto& [cause, n] : st.ssd_rejected_by_cause) add("tier.ssd.rejected." + cause, n);
   for (const auto& [key_id, n] : st.ssd_sealed_by_key) {
     add("tier.ssd.sealed_blocks.key_" + std::to_string(key_id), n);
   }

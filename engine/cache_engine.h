@@ -187,6 +187,8 @@ struct EngineStats {
   uint64_t ssd_budget_refused = 0;     // blocks not written to the ssd: its write budget spent
   // With block keys: the ssd tier's blocks by the key that sealed them.
   std::map<uint32_t, uint64_t> ssd_sealed_by_key;
+  // The ssd tier's blocks read back and refused, by cause (of checksum_failures).
+  std::map<std::string, uint64_t> ssd_rejected_by_cause;
   // Hints (CacheEngine::Hint).
   uint64_t hinted_blocks = 0;    // blocks a hint began to protect
   uint64_t hints_used = 0;       // hinted blocks acquired while protected

@@ -37,6 +37,7 @@ EngineStats CacheEngine::Stats() const {
   s.hinted_now = hints_.size();
   if (const Tier* ssd = tier(TierKind::kSsd); ssd != nullptr) {
     s.ssd_sealed_by_key = ssd->SealedBlocksByKey();
+    s.ssd_rejected_by_cause = ssd->RejectedByCause();
   }
   s.remote_present = remote_ != nullptr;
   if (remote_ != nullptr) {

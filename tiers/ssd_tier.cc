@@ -145,6 +145,9 @@ class SsdTier final : public Tier {
   std::map<uint32_t, uint64_t> SealedBlocksByKey() const override {
     return store_->SealedBlocksByKey();
   }
+  std::map<std::string, uint64_t> RejectedByCause() const override {
+    return store_->RejectedByCause();
+  }
 
  private:
   static SsdRecord Record(SlotId slot, uint64_t block_bytes, const BlockInfo& info) {

@@ -156,6 +156,9 @@ class Tier {
   // Tiers that seal blocks (the SSD tier with block keys): how many blocks
   // are on record under each key id, now. Empty otherwise.
   virtual std::map<uint32_t, uint64_t> SealedBlocksByKey() const { return {}; }
+  // Tiers that check what they read back (the SSD tier): blocks refused, by
+  // cause ("record", "seal", "checksum"). Empty otherwise.
+  virtual std::map<std::string, uint64_t> RejectedByCause() const { return {}; }
 
   // Persistent tiers: a stable id for the namespace (model, salt, layout)
   // across restarts. Others: 0.

@@ -181,6 +181,13 @@ TEST_F(SsdSealTest, FlipsTruncationAndSwappedSlotsAreMisses) {
   tampered.checksum = SealToken(*tampered.seal);  // consistent with itself, still wrong
   ASSERT_TRUE(store->PutRecord(tampered).ok());
   EXPECT_EQ(Get(*store, tampered, 23).code(), StatusCode::kCorruption);
+  // Counted by cause: records that are not the one written (B's forged, the
+  // tag changed under the engine's token), blocks that do not open (flips,
+  // B's bytes in A's slot, the forged identity, the tag), no checksums.
+  const auto by_cause = store->RejectedByCause();
+  EXPECT_EQ(by_cause.at("record"), 2u);
+  EXPECT_GE(by_cause.at("seal"), 5u);
+  EXPECT_EQ(by_cause.at("checksum"), 0u);
 }
 
 // An older version of a block put back under its key, record and bytes
@@ -206,6 +213,8 @@ TEST_F(SsdSealTest, AReplayedOlderVersionIsRefused) {
   Status st = Get(*store, *v2, 32);
   EXPECT_EQ(st.code(), StatusCode::kCorruption);
   EXPECT_NE(st.message().find("not the version written"), std::string::npos) << st.ToString();
+  EXPECT_EQ(store->RejectedByCause().at("record"), 1u);
+  EXPECT_EQ(store->RejectedByCause().at("seal"), 0u);
 }
 
 // Restarts: without keys the directory is refused at the scan, naming the

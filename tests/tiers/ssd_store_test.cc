@@ -439,6 +439,10 @@ TEST_F(SsdStoreTest, ReadFaultsAreErrorsNeverWrongBytes) {
 
     ExpectReads(*store, r, size);
   }
+  // Each refused read counted by its cause (without keys: the checksum;
+  // the I/O errors are not refusals).
+  EXPECT_EQ(store->RejectedByCause().at("checksum"), 4u);
+  EXPECT_EQ(store->RejectedByCause().at("seal"), 0u);
 }
 
 TEST_F(SsdStoreTest, AShareOfReadErrorsFailsThatShareSpreadEvenlyAndTheRestReadBack) {

@@ -20,6 +20,7 @@
 
 #include "common/units.h"
 #include "tiers/internal/checksum.h"
+#include "tiers/internal/rocks_status.h"
 #include "tiers/internal/ssd_records.h"
 
 namespace kvtier::tiers::internal {
@@ -62,18 +63,6 @@ auto Guarded(std::string_view op, F&& f) -> decltype(f()) {
   } catch (const std::exception& e) {
     return InternalError(std::string(op) + ": " + e.what());
   }
-}
-
-Status FromRocks(const rocksdb::Status& s, std::string_view what) {
-  if (s.ok()) return Status::Ok();
-  const std::string msg = std::string(what) + ": " + s.ToString();
-  if (s.IsNoSpace()) return ResourceExhaustedError(msg);
-  if (s.IsCorruption()) return CorruptionError(msg);
-  if (s.IsIOError()) return IoError(msg);
-  if (s.IsNotFound()) return NotFoundError(msg);
-  if (s.IsInvalidArgument() || s.IsNotSupported()) return InvalidArgumentError(msg);
-  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) return UnavailableError(msg);
-  return InternalError(msg);
 }
 
 Status ErrnoError(std::string_view op, const std::string& path) {
@@ -516,7 +505,8 @@ Result<SsdRecord> SsdStore::Write(const SsdRecord& record, std::span<const std::
 }
 
 Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
-  return Guarded("SSD read", [&]() -> Status {
+  SsdRejection cause = SsdRejection::kChecksum;
+  Status status = Guarded("SSD read", [&]() -> Status {
     const SsdSlot& slot = record.slot;
     if (out.size() != record.block_bytes &&
         out.size() != AlignUp(record.block_bytes, kBlockFileAlignment)) {
@@ -528,8 +518,10 @@ Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
     // checksummed so.
     std::optional<BlockSealer::Opener> opener;
     if (options_.sealer != nullptr) {
+      cause = SsdRejection::kRecord;
       KVTIER_ASSIGN_OR_RETURN(const SsdRecord stored, StoredVersionOf(record));
       KVTIER_ASSIGN_OR_RETURN(const SealIdentity id, IdentityOf(stored));
+      cause = SsdRejection::kSeal;  // a key rotated out, and from here the bytes
       Result<BlockSealer::Opener> started = options_.sealer->StartOpen(id, *stored.seal);
       if (!started) return started.status().WithContext("block " + record.key.ToHex());
       opener.emplace(std::move(*started));
@@ -594,50 +586,8 @@ Status SsdStore::Read(const SsdRecord& record, std::span<std::byte> out) const {
     }
     return Status::Ok();
   });
-}
-
-Result<SealIdentity> SsdStore::IdentityOf(const SsdRecord& record) const {
-  SealIdentity id;
-  {
-    std::lock_guard lock(ns_mu_);
-    if (record.ns_id >= ns_fingerprints_.size()) {
-      return CorruptionError("block " + record.key.ToHex() + " of namespace " +
-                             std::to_string(record.ns_id) + ", which is not registered");
-    }
-    id.ns = ns_fingerprints_[record.ns_id];
-  }
-  id.key = record.key;
-  id.form = static_cast<uint8_t>(record.quantize);
-  id.tier = kSealTierSsd;
-  id.bytes = record.block_bytes;
-  return id;
-}
-
-Result<SsdRecord> SsdStore::StoredVersionOf(const SsdRecord& record) const {
-  const std::string key = RecordKey(record.ns_id, record.key);
-  std::string value;
-  const rocksdb::Status got = db_->Get(rocksdb::ReadOptions(), key, &value);
-  if (got.IsNotFound()) {
-    return CorruptionError("block " + record.key.ToHex() + ": no record on disk");
-  }
-  KVTIER_RETURN_IF_ERROR(FromRocks(got, "get record of block " + record.key.ToHex()));
-  SsdRecord stored;
-  if (!DecodeRecord(key, value, &stored)) {
-    return CorruptionError("block " + record.key.ToHex() + ": its record does not decode");
-  }
-  if (!stored.seal) {
-    return CorruptionError("block " + record.key.ToHex() +
-                           ": its record on disk is in the clear, refused while block keys are "
-                           "configured");
-  }
-  if (stored.slot != record.slot || stored.block_bytes != record.block_bytes ||
-      stored.quantize != record.quantize || stored.checksum != record.checksum ||
-      stored.checksum != SealToken(*stored.seal)) {
-    return CorruptionError("block " + record.key.ToHex() +
-                           ": its record on disk is not the version written (replaced or "
-                           "replayed)");
-  }
-  return stored;
+  if (status.code() == StatusCode::kCorruption) Rejected(cause, status);
+  return status;
 }
 
 Status SsdStore::PutRecord(const SsdRecord& record) {
@@ -654,40 +604,6 @@ Status SsdStore::Erase(NamespaceId ns_id, const BlockKey& key) {
     return FromRocks(db_->Delete(rocksdb::WriteOptions(), RecordKey(ns_id, key)),
                      "erase record of block " + key.ToHex());
   });
-}
-
-Status SsdStore::ReplaceSealedRecord(NamespaceId ns, const BlockKey& key, const SsdRecord* record) {
-  const std::string name = RecordKey(ns, key);
-  std::lock_guard lock(record_mu_);
-  // The key id the record being replaced was sealed under (0: none).
-  uint32_t before = 0;
-  std::string value;
-  const rocksdb::Status got = db_->Get(rocksdb::ReadOptions(), name, &value);
-  if (got.ok()) {
-    SsdRecord old;
-    if (DecodeRecord(name, value, &old) && old.seal) before = old.seal->key_id;
-  } else if (!got.IsNotFound()) {
-    return FromRocks(got, "get record of block " + key.ToHex());
-  }
-  if (record != nullptr) {
-    KVTIER_RETURN_IF_ERROR(FromRocks(db_->Put(rocksdb::WriteOptions(), name, EncodeRecord(*record)),
-                                     "put record of block " + key.ToHex()));
-  } else {
-    KVTIER_RETURN_IF_ERROR(FromRocks(db_->Delete(rocksdb::WriteOptions(), name),
-                                     "erase record of block " + key.ToHex()));
-  }
-  const uint32_t after = record != nullptr && record->seal ? record->seal->key_id : 0;
-  std::lock_guard count(by_key_mu_);
-  if (auto it = sealed_by_key_.find(before); before != 0 && it != sealed_by_key_.end()) {
-    if (--it->second == 0) sealed_by_key_.erase(it);
-  }
-  if (after != 0) ++sealed_by_key_[after];
-  return Status::Ok();
-}
-
-std::map<uint32_t, uint64_t> SsdStore::SealedBlocksByKey() const {
-  std::lock_guard lock(by_key_mu_);
-  return sealed_by_key_;
 }
 
 Status SsdStore::Sync() {

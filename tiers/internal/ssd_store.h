@@ -196,6 +196,14 @@ struct SsdScanSummary {
   std::map<uint32_t, uint64_t> sealed_by_key;
 };
 
+// Why a block read back was refused (SsdStore::RejectedByCause).
+enum class SsdRejection : uint8_t {
+  kRecord,    // with a sealer: no record on disk, or not the version written, or in the clear
+  kSeal,      // does not open under its seal: changed bytes, another block's, a wrong key
+  kChecksum,  // without a sealer: the bytes' XXH3 differs from the record's
+};
+inline constexpr size_t kSsdRejections = 3;
+
 class SsdStore {
  public:
   // Opens or creates the data directory (see the file comment).
@@ -281,6 +289,11 @@ class SsdStore {
                                      const Layout& layout);
   Status ForEachNamespace(const std::function<Status(const SsdNamespace&)>& fn) const;
 
+  // Blocks read back and refused (Read's Corruption), by cause: "record",
+  // "seal", "checksum" (SsdRejection). Each cause is also noted, at most once
+  // per 10 s each, so that a flood of one never hides another.
+  std::map<std::string, uint64_t> RejectedByCause() const;
+
   // With a sealer: the blocks on record under each key id, now (the last
   // ForEachRecord's count, and every write and erase since). Empty without.
   std::map<uint32_t, uint64_t> SealedBlocksByKey() const;
@@ -336,6 +349,11 @@ class SsdStore {
   std::vector<SsdNamespace> namespaces_;  // GUARDED_BY(ns_mu_), indexed by id
   // NamespaceFingerprint of each (a sealed block's identity).
   std::vector<std::array<std::byte, 32>> ns_fingerprints_;  // GUARDED_BY(ns_mu_)
+  // Counts a refused read of `cause` and notes it (rate-limited per cause).
+  void Rejected(SsdRejection cause, const Status& status) const;
+  mutable std::array<std::atomic<uint64_t>, kSsdRejections> rejected_{};
+  // When each cause was last noted (steady clock, ns; 0: never).
+  mutable std::array<std::atomic<int64_t>, kSsdRejections> rejected_noted_{};
   // With a sealer: the blocks on record by sealing key id. record_mu_ makes
   // a record's read, replacement and count one step.
   std::mutex record_mu_;
