@@ -260,13 +260,14 @@ int Run(const DaemonConfig& config) {
     if (keys) {
       std::string ids;
       for (uint32_t id : keys->ids()) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+      const uint32_t current = keys->current_id();
+      sealer = std::make_shared<tiers::BlockSealer>(std::move(keys).value());
       Log(LogLevel::kInfo,
-          Str("blocks leaving memory (ssd, remote) are sealed (AES-256-GCM) under block key ",
-              keys->current_id(), "; keys configured: ", ids, " (",
+          Str("blocks leaving memory (ssd, remote) are sealed (", sealer->cipher(),
+              ") under block key ", current, "; keys configured: ", ids, " (",
               config.block_keys_file.empty() ? std::string(tiers::kBlockKeysEnv)
                                              : "server.block_keys_file " + config.block_keys_file,
               ")"));
-      sealer = std::make_shared<tiers::BlockSealer>(std::move(keys).value());
     } else if (keys.status().code() == StatusCode::kNotFound) {
       Log(LogLevel::kWarn, Str(config.ssd_dir.empty() ? "remote" : "ssd",
                                ": blocks at rest are not encrypted: no block keys configured "

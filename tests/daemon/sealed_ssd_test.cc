@@ -69,8 +69,8 @@ class SealedSsdTest : public ::testing::Test {
 TEST_F(SealedSsdTest, SealedOnDiskBackAfterRotationRefusedWithoutKeys) {
   WriteKeys(KeyEntry(1, 'a'));
   Start();
-  EXPECT_NE(daemon_->Log().find("sealed (AES-256-GCM) under block key 1"), std::string::npos)
-      << daemon_->Log();
+  EXPECT_NE(daemon_->Log().find("are sealed (AES-256-GCM, "), std::string::npos) << daemon_->Log();
+  EXPECT_NE(daemon_->Log().find(") under block key 1;"), std::string::npos) << daemon_->Log();
   std::vector<std::vector<BlockKey>> chains;
   size_t block_bytes = 0;
   uint64_t under_1 = 0;
