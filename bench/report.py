@@ -636,6 +636,41 @@ def section_fp8(build: Path, mode: Mode, place: Placement) -> Section:
                    summary)
 
 
+def section_cipher(build: Path, mode: Mode, place: Placement) -> Section:
+    """Block seals on one core: each AES-256-GCM engine against memcpy (bench_seal)."""
+    runs: dict[str, list[list[float]]] = {}
+    engine = "?"
+    for r in range(mode.runs):
+        log(f"block seal engines, run {r + 1} of {mode.runs}")
+        out = run(place.load + [str(build / "bench" / "bench_seal")])
+        for line in out.splitlines():
+            m = re.match(r"^block seals \(AES-256-GCM\) on one core: OpenSSL and (.+), against memcpy", line)
+            if m:
+                engine = m.group(1)
+            m = re.match(r"^(256k|2M)\s+([\d.]+)" + r"\s+([\d.]+) \(([\d.]+)x\)" * 4
+                         + r"\s+([\d.]+)x\s+([\d.]+)x", line)
+            if m:
+                g = [float(x) for x in m.groups()[1:]]
+                # memcpy, seal/open OpenSSL, seal/open fastest (GB/s), gains
+                runs.setdefault(m.group(1), []).append([g[0], g[1], g[3], g[5], g[7], g[9], g[10]])
+    if not runs:
+        raise RuntimeError("bench_seal printed no summary")
+    rows = [f"| block | memcpy GB/s | seal: OpenSSL GB/s | seal: {engine} GB/s | open: OpenSSL GB/s "
+            f"| open: {engine} GB/s | seal ÷ OpenSSL, median (worst) | open ÷ OpenSSL, median (worst) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    summary = []
+    for block, rs in runs.items():
+        seal_gain, open_gain = Ratio([x[5] for x in rs]), Ratio([x[6] for x in rs])
+        rows.append(f"| {block} | {med([x[0] for x in rs]):.1f} | {med([x[1] for x in rs]):.2f} "
+                    f"| {med([x[3] for x in rs]):.2f} | {med([x[2] for x in rs]):.2f} "
+                    f"| {med([x[4] for x in rs]):.2f} | {seal_gain.text()} | {open_gain.text()} |")
+        summary.append((f"block seal engine ({engine}) ÷ OpenSSL on one core, {block}: seal / open",
+                        f"{med(seal_gain.runs):.2f}× / {med(open_gain.runs):.2f}×", "—"))
+    return Section("cipher", "\n".join(rows) + f"\n\n{mode.runs} runs of bench_seal (each the median "
+                   "of 5 repetitions); sealing 16 blocks (32 MiB of 2 MiB ones) into other buffers in "
+                   "parts of 512 KiB, opening them in place in parts of 64 KiB.", summary)
+
+
 def section_quantize(build: Path, mode: Mode, place: Placement) -> Section:
     """Quantize on demote: fp8 below memory against exact, the real engine and SSD tier."""
     blocks = "128" if mode.quick else "512"
@@ -692,6 +727,7 @@ SECTIONS: dict[str, Callable[[Path, Mode, Placement], Section]] = {
     "python": section_python,
     "ssd": section_ssd,
     "seal": section_seal,
+    "cipher": section_cipher,
     "remote": section_remote,
     "remote_seal": section_remote_seal,
     "replay": section_replay,

@@ -14,5 +14,5 @@ cd "$(dirname "$0")/.."
 build=${1:?usage: bench/report.sh BUILD [--quick|--full] [--only a,b] [--out FILE] [--check]}
 shift
 cmake --build "$build" --target kvtierd kvtier bench_control_plane bench_data_plane \
-  bench_ssd_store bench_remote bench_fp8 bench_quantize_ssd >/dev/null
+  bench_ssd_store bench_remote bench_fp8 bench_seal bench_quantize_ssd >/dev/null
 exec python3 bench/report.py "$build" "$@"
