@@ -14,7 +14,11 @@
 # SEAL=1 adds the store with block keys (every value sealed, AES-256-GCM)
 # and TLS=1 the store over TLS (the nodes listen on a TLS port too, with
 # certificates made here by `openssl`), each against ours in the clear in
-# the same rounds: the cost of encryption (goal >= 0.9x).
+# the same rounds: the cost of encryption (goal >= 0.9x). With TLS=1 the
+# limit is measured too: Redis' own client (redis-benchmark, one
+# connection, one more node, standalone) over TLS against plain, GET of the
+# same sizes, alternating, so that what TLS costs the server and the
+# loopback is known apart from what it costs us.
 #
 # Usage: bench/remote_vs_redis.sh [build-dir]   (default build-release; a
 # Release build with -DKVTIER_BUILD_BENCH=ON)
@@ -119,3 +123,55 @@ if [ "${TLS:-0}" = 1 ]; then
 fi
 "$build/bench/bench_remote" --seeds "$seeds" --rounds "$rounds" --slice-mib "$slice" \
   --set-mib "$set_mib" "${extra[@]}"
+
+if [ "${TLS:-0}" = 1 ]; then
+  # The limit's node: one more redis-server, standalone (redis-benchmark's
+  # cluster mode adds its own routing), listening plain and over TLS.
+  lim=$((ports[2] + 1))
+  until port_free "$lim" && port_free $((lim + 1000)); do lim=$((lim + 1)); done
+  redis-server --port "$lim" --bind 127.0.0.1 --protected-mode no --dir "$dir" --save "" \
+    --appendonly no --tls-port $((lim + 1000)) "${tls_files[@]}" --daemonize no \
+    --logfile "$dir/node-limit.log" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    [[ $(redis-cli -p "$lim" PING 2>/dev/null) == PONG ]] && break
+    sleep 0.05
+  done
+  # One rate (requests/s) of redis-benchmark: test $1, value bytes $2,
+  # requests $3, then its connection arguments.
+  rate() {
+    local t=$1 size=$2 n=$3
+    shift 3
+    redis-benchmark -c 1 -n "$n" -d "$size" -t "$t" --csv "$@" 2>/dev/null |
+      awk -F'"' -v t="${t^^}" '$2 == t {print $4; exit}'
+  }
+  med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+  echo
+  echo "== the limit: redis-benchmark (Redis' own client, 1 connection) over TLS / plain, one node"
+  printf '%-6s %-6s %12s %12s %8s %8s\n' op size "plain req/s" "tls req/s" median worst
+  for size in 262144 2097152; do
+    n=$((slice * 1048576 / size))
+    [ "$n" -ge 256 ] || n=256
+    # The value GET reads, written once (redis-benchmark's own SET over
+    # TLS is no limit: with values this large it ran at 0.01-0.1x of its
+    # plain SET here, its client stalling, while ours wrote at 0.6x).
+    rate set "$size" 1 -h 127.0.0.1 -p "$lim" >/dev/null
+    for t in get; do
+      ratios=() plains=() tlss=()
+      for r in $(seq "$rounds"); do
+        for leg in $([ $((r % 2)) = 1 ] && echo "plain tls" || echo "tls plain"); do
+          if [ "$leg" = plain ]; then
+            plains+=("$(rate "$t" "$size" "$n" -h 127.0.0.1 -p "$lim")")
+          else
+            tlss+=("$(rate "$t" "$size" "$n" -h 127.0.0.1 -p $((lim + 1000)) --tls \
+              --cacert "$dir/ca.pem" --cert "$dir/node.pem" --key "$dir/node.key")")
+          fi
+        done
+        ratios+=("$(echo "${tlss[-1]} / ${plains[-1]}" | bc -l)")
+      done
+      printf '%-6s %-6s %12.0f %12.0f %7.2fx %7.2fx\n' "$t" "$([ "$size" = 262144 ] && echo 256k || echo 2M)" \
+        "$(med "${plains[@]}")" "$(med "${tlss[@]}")" "$(med "${ratios[@]}")" \
+        "$(printf '%s\n' "${ratios[@]}" | sort -g | head -1)"
+    done
+  done
+fi
