@@ -291,6 +291,11 @@ BlockSealer::BlockSealer(KeyRing keys)
 
 BlockSealer::BlockSealer(KeyRing keys, internal::GcmEngine engine)
     : keys_(std::move(keys)), engine_(engine) {
+  // An engine this build or CPU lacks would key nothing: OpenSSL instead.
+  const std::vector<internal::GcmEngine> engines = internal::AvailableGcmEngines();
+  if (std::find(engines.begin(), engines.end(), engine_) == engines.end()) {
+    engine_ = internal::GcmEngine::kOpenSsl;
+  }
   // A writer id of 0 is never drawn (DecodeSeal accepts it, but a fixed
   // value would be the first thing to collide).
   while (writer_ == 0) {

@@ -149,7 +149,8 @@ class BlockSealer {
  public:
   // With the fastest engine this build and CPU have.
   explicit BlockSealer(KeyRing keys);
-  // With `engine`. REQUIRES: it is among internal::AvailableGcmEngines().
+  // With `engine`, or OpenSSL where `engine` is not among
+  // internal::AvailableGcmEngines() (cipher() says which).
   BlockSealer(KeyRing keys, internal::GcmEngine engine);
   ~BlockSealer();
   BlockSealer(const BlockSealer&) = delete;

@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cassert>
 #include <climits>
 #include <cstring>
 
@@ -76,8 +77,11 @@ std::shared_ptr<const GcmKey> GcmKey::Make(GcmEngine engine,
   std::shared_ptr<GcmKey> out(new GcmKey(engine));
   if (engine == GcmEngine::kIpsecMb) {
 #if KVTIER_HAS_IPSEC_MB
+    assert(IpsecManager() != nullptr);
     out->ipsec_ = std::make_unique<Ipsec>();
     IMB_AES256_GCM_PRE(IpsecManager(), key.data(), &out->ipsec_->data);
+#else
+    assert(false && "GcmKey::Make: ipsec-mb is not in this build");
 #endif
   } else {
     std::memcpy(out->raw_, key.data(), kGcmKeyBytes);
